@@ -1,0 +1,74 @@
+import { z } from 'zod';
+import { AgentState, RuntimeStatus } from './agentState.ts';
+import { ConversationId } from './ids.ts';
+
+/** Version of the stored event envelope. */
+export const EVENT_VERSION = 1;
+
+export const EventSource = z.enum(['user', 'agent', 'environment']);
+export type EventSource = z.infer<typeof EventSource>;
+
+const envelope = {
+  v: z.literal(EVENT_VERSION),
+  id: z.number().int().min(0).describe('Dense per conversation, from 0.'),
+  conversation_id: ConversationId,
+  ts: z.iso.datetime().describe('ISO 8601, UTC.'),
+  source: EventSource,
+  cause: z.number().int().min(0).optional().describe('id of the event that caused this one.'),
+};
+
+export const ConversationCreatedData = z.object({
+  user: z.string(),
+  initial_message: z.string().optional(),
+  confirmation_mode: z.boolean(),
+  max_iterations: z.number().int().min(1),
+  max_budget: z.number().min(0).optional(),
+  instructions: z.string().optional(),
+  secret_names: z.array(z.string()).describe('Names only; values never reach the log.'),
+  replay: z.boolean(),
+});
+
+export const CommandOutputData = z.object({
+  command: z.string(),
+  exit_code: z.number().int().nullable().describe('null when the command did not finish.'),
+  output: z.string(),
+  timed_out: z.boolean(),
+  truncated: z.boolean(),
+});
+
+/** One stored event. The same bytes are on NATS, in REST answers and in ws `event` frames. */
+export const StoredEvent = z
+  .discriminatedUnion('type', [
+    z.object({ ...envelope, type: z.literal('conversation_created'), data: ConversationCreatedData }),
+    z.object({ ...envelope, type: z.literal('message'), data: z.object({ content: z.string() }) }),
+    z.object({ ...envelope, type: z.literal('command'), data: z.object({ command: z.string() }) }),
+    z.object({ ...envelope, type: z.literal('command_output'), data: CommandOutputData }),
+    z.object({
+      ...envelope,
+      type: z.literal('agent_state_changed'),
+      data: z.object({ state: AgentState, reason: z.string().optional() }),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('runtime_status'),
+      data: z.object({ status: RuntimeStatus, message: z.string().optional() }),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('agent_error'),
+      data: z.object({ code: z.string(), message: z.string() }),
+    }),
+  ])
+  .meta({ title: 'Tether stored event', id: 'https://tether.dev/schema/stored-event.json' });
+export type StoredEvent = z.infer<typeof StoredEvent>;
+export type StoredEventType = StoredEvent['type'];
+export type EventOf<T extends StoredEventType> = Extract<StoredEvent, { type: T }>;
+
+/** An event as the session produces it, before the host stamps id, ts and conversation_id. */
+export type NewEvent = {
+  [T in StoredEventType]: Omit<EventOf<T>, 'v' | 'id' | 'conversation_id' | 'ts'>;
+}[StoredEventType];
+
+/** A stored event with its position in the stream. */
+export const LoggedEvent = z.object({ seq: z.number().int().min(1), event: StoredEvent });
+export type LoggedEvent = z.infer<typeof LoggedEvent>;

@@ -1,0 +1,29 @@
+export { AgentState, RuntimeStatus } from './agentState.ts';
+export { ConversationId, ClientId, Seq } from './ids.ts';
+export {
+  EVENT_VERSION,
+  EventSource,
+  StoredEvent,
+  LoggedEvent,
+  ConversationCreatedData,
+  CommandOutputData,
+  type StoredEventType,
+  type EventOf,
+  type NewEvent,
+} from './event.ts';
+export {
+  UserAction,
+  ClientFrame,
+  ServerFrame,
+  StatusLevel,
+  MAX_MESSAGE_CHARS,
+  MAX_COMMAND_CHARS,
+  type StatusFrame,
+} from './frames.ts';
+export {
+  CreateConversationBody,
+  ActionBody,
+  EventsQuery,
+  ConversationInfo,
+  DEFAULT_MAX_ITERATIONS,
+} from './rest.ts';

@@ -1,0 +1,23 @@
+import { TetherError } from '../errors.ts';
+
+/** Another writer appended to the conversation: the expected last sequence did not hold. */
+export class VersionConflictError extends TetherError {
+  readonly conversationId: string;
+  readonly expectedLastSeq: number;
+  constructor(conversationId: string, expectedLastSeq: number, options?: { cause?: unknown }) {
+    super(
+      'VERSION_CONFLICT',
+      `conversation ${conversationId} moved past sequence ${expectedLastSeq}: another writer exists`,
+      options,
+    );
+    this.conversationId = conversationId;
+    this.expectedLastSeq = expectedLastSeq;
+  }
+}
+
+/** The store could not be reached or did not answer in time. Nothing was written. */
+export class StoreUnavailableError extends TetherError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('STORE_UNAVAILABLE', message, options);
+  }
+}

@@ -1,0 +1,54 @@
+import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
+
+export interface AppendOptions {
+  /**
+   * Stream sequence of the conversation's last stored event, 0 when it has none.
+   * The append fails with VersionConflictError when the log has moved on: a
+   * conversation has a single writer.
+   */
+  expectedLastSeq: number;
+  /** Deduplication id (JetStream `Nats-Msg-Id`): a retried append is stored once. */
+  msgId?: string;
+}
+
+export interface AppendResult {
+  /** Stream sequence of the stored event (of the original one for a duplicate). */
+  seq: number;
+  /** True when msgId matched an earlier append and nothing new was stored. */
+  duplicate: boolean;
+}
+
+export interface ReadOptions {
+  /** Return events with seq greater than this (default 0: from the start). */
+  afterSeq?: number;
+  /** At most this many events (default: all). */
+  limit?: number;
+}
+
+export interface ReadPage {
+  items: LoggedEvent[];
+  hasMore: boolean;
+}
+
+/** History then live events, in order, without a gap or a duplicate at the seam. */
+export interface EventTail extends AsyncIterable<LoggedEvent> {
+  /** Ends the iteration; pending `next()` calls resolve as done. */
+  stop(): Promise<void>;
+}
+
+/**
+ * The event log: one ordered subject of events per conversation.
+ * Implementations: `jetStreamEventLog` (NATS JetStream) and `memoryEventLog`;
+ * both pass `test/store/eventLogContract.ts`.
+ */
+export interface EventLog {
+  append(event: StoredEvent, options: AppendOptions): Promise<AppendResult>;
+  read(conversationId: string, options?: ReadOptions): Promise<ReadPage>;
+  /** Stream sequence of the conversation's last event, 0 when it has none. */
+  lastSeq(conversationId: string): Promise<number>;
+  /** Highest stream sequence of the whole log, 0 when empty. */
+  highWater(): Promise<number>;
+  tail(conversationId: string, options?: { afterSeq?: number }): EventTail;
+  /** Removes every event of the conversation. */
+  purge(conversationId: string): Promise<void>;
+}
