@@ -46,8 +46,6 @@ export interface EventLog {
   read(conversationId: string, options?: ReadOptions): Promise<ReadPage>;
   /** Stream sequence of the conversation's last event, 0 when it has none. */
   lastSeq(conversationId: string): Promise<number>;
-  /** Highest stream sequence of the whole log, 0 when empty. */
-  highWater(): Promise<number>;
   tail(conversationId: string, options?: { afterSeq?: number }): EventTail;
   /** Removes every event of the conversation. */
   purge(conversationId: string): Promise<void>;

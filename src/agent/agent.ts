@@ -1,0 +1,22 @@
+import type { StoredEvent } from '../protocol/index.ts';
+
+/** The agent's next move. */
+export type AgentAction =
+  /** Say something and wait for the user. */
+  | { type: 'message'; content: string }
+  /** Run a shell command in the conversation's runtime; its output comes back as an observation. */
+  | { type: 'run'; command: string }
+  /** The task is done. */
+  | { type: 'finish'; content: string };
+
+export interface AgentStepInput {
+  conversationId: string;
+  /** Every stored event of the conversation so far, oldest first. */
+  history: readonly StoredEvent[];
+  signal?: AbortSignal;
+}
+
+/** Where a conversation's next action comes from: an LLM, a script or a recording. */
+export interface Agent {
+  step(input: AgentStepInput): Promise<AgentAction>;
+}

@@ -1,0 +1,50 @@
+/** What a finished (or stopped) command produced. */
+export interface CommandResult {
+  /** null when the command did not finish (timed out or its runtime died). */
+  exit_code: number | null;
+  /** stdout and stderr interleaved, cut at the runtime's output cap. */
+  output: string;
+  timed_out: boolean;
+  truncated: boolean;
+}
+
+export interface RunOptions {
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface RuntimeExit {
+  code: number | null;
+  signal: string | null;
+}
+
+/**
+ * Where a conversation's commands run. One runtime per conversation; commands
+ * run one at a time and share shell state (cwd, variables) between them.
+ */
+export interface Runtime {
+  readonly conversationId: string;
+  readonly workspace: string;
+  /** True from a successful start() until the runtime stops or dies. */
+  readonly alive: boolean;
+  start(): Promise<void>;
+  /**
+   * Runs one command. Resolves with its result, also on timeout (timed_out,
+   * exit_code null). Rejects with RuntimeDeadError when the runtime is not
+   * alive or dies during the command.
+   */
+  run(command: string, options?: RunOptions): Promise<CommandResult>;
+  /** Stops the runtime; the workspace stays. Idempotent. */
+  stop(): Promise<void>;
+  /** Called once when the runtime dies by itself (not after stop()). Returns an unsubscribe. */
+  onExit(listener: (exit: RuntimeExit) => void): () => void;
+}
+
+export interface RuntimeOptions {
+  /** Extra environment for the runtime's processes (for example the conversation's secrets). */
+  env?: Record<string, string>;
+}
+
+export interface RuntimeProvider {
+  create(conversationId: string, options?: RuntimeOptions): Runtime;
+}
