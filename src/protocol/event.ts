@@ -43,6 +43,12 @@ export const StoredEvent = z
     z.object({ ...envelope, type: z.literal('message'), data: z.object({ content: z.string() }) }),
     z.object({ ...envelope, type: z.literal('command'), data: z.object({ command: z.string() }) }),
     z.object({ ...envelope, type: z.literal('command_output'), data: CommandOutputData }),
+    z.object({ ...envelope, type: z.literal('finish'), data: z.object({ content: z.string() }) }),
+    z.object({
+      ...envelope,
+      type: z.literal('change_agent_state'),
+      data: z.object({ state: AgentState }).describe('A user asked for this agent state.'),
+    }),
     z.object({
       ...envelope,
       type: z.literal('agent_state_changed'),
