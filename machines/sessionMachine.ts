@@ -1,5 +1,5 @@
 import { and, assign, setup, type SnapshotFrom } from 'xstate';
-import type { AgentState } from '../src/protocol/index.ts';
+import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 
 /** Bump when a change makes old persisted snapshots unsafe to restore. */
@@ -28,6 +28,8 @@ export interface SessionContext {
   pendingCommand: PendingCommand | null;
   /** Why the agent is in error, when it is. */
   error: string | null;
+  /** The runtime's last reported status. */
+  runtime: RuntimeStatus;
 }
 
 const AGENT_STATE_TAGS = {
@@ -56,6 +58,9 @@ export const sessionMachine = setup({
     askAgent: () => {},
     runCommand: () => {},
     markUnread: assign({ unreadMessage: true }),
+    runtimeStarting: assign({ runtime: 'starting' as const }),
+    runtimeConnected: assign({ runtime: 'connected' as const }),
+    runtimeLost: assign({ runtime: 'disconnected' as const }),
     beginStep: assign({
       iterations: ({ context }) => context.iterations + 1,
       unreadMessage: false,
@@ -103,6 +108,7 @@ export const sessionMachine = setup({
     stepCause: null,
     pendingCommand: null,
     error: null,
+    runtime: 'stopped',
   }),
   initial: 'starting',
   states: {
@@ -111,12 +117,12 @@ export const sessionMachine = setup({
       tags: AGENT_STATE_TAGS.loading,
       entry: 'startRuntime',
       on: {
-        'runtime.starting': {},
+        'runtime.starting': { actions: 'runtimeStarting' },
         'runtime.connected': [
-          { guard: 'hasUnreadMessage', target: 'active.running' },
-          { target: 'active.awaiting_user_input' },
+          { guard: 'hasUnreadMessage', target: 'active.running', actions: 'runtimeConnected' },
+          { target: 'active.awaiting_user_input', actions: 'runtimeConnected' },
         ],
-        'runtime.disconnected': { target: 'active.error', actions: 'recordFailure' },
+        'runtime.disconnected': { target: 'active.error', actions: ['runtimeLost', 'recordFailure'] },
         'user.message': { actions: 'markUnread' },
       },
     },
@@ -124,9 +130,9 @@ export const sessionMachine = setup({
       description: 'The runtime is up; the agent loop runs or waits.',
       initial: 'awaiting_user_input',
       on: {
-        'runtime.starting': {},
-        'runtime.connected': {},
-        'runtime.disconnected': { target: '.error', actions: 'recordFailure' },
+        'runtime.starting': { actions: 'runtimeStarting' },
+        'runtime.connected': { actions: 'runtimeConnected' },
+        'runtime.disconnected': { target: '.error', actions: ['runtimeLost', 'recordFailure'] },
       },
       states: {
         awaiting_user_input: {

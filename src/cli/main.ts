@@ -1,0 +1,39 @@
+import { ConfigError } from '../config.ts';
+
+const USAGE = `usage: tether <command>
+
+commands:
+  serve      run the server (default): REST and WebSocket on TETHER_HOST:TETHER_PORT
+  help       this text
+
+Configuration comes from environment variables; see README.md.`;
+
+async function main(argv: string[]): Promise<number> {
+  const [command = 'serve'] = argv;
+  switch (command) {
+    case 'serve': {
+      const { serve } = await import('./serve.ts');
+      // Exit explicitly: everything has been stopped, and a stray handle must not keep a stopped server alive.
+      process.exit(await serve());
+    }
+    case 'help':
+    case '--help':
+    case '-h':
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    default:
+      process.stderr.write(`tether: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
+      return 2;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code !== 0) process.exitCode = code;
+  },
+  (err: unknown) => {
+    const message = err instanceof ConfigError || err instanceof Error ? err.message : String(err);
+    process.stderr.write(`tether: ${message}\n`);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,92 @@
+import { join } from 'node:path';
+import { scriptedAgent } from '../agent/index.ts';
+import { loadConfig } from '../config.ts';
+import { errorFields, jsonLogger } from '../logger.ts';
+import { localRuntimeProvider } from '../runtime/index.ts';
+import { tetherServer } from '../server/index.ts';
+import { SessionManager } from '../session/index.ts';
+import { connectNats, jetStreamEventLog, kvConversationStore, startEmbeddedNats, type EmbeddedNats } from '../store/index.ts';
+
+const SHUTDOWN_BUDGET_MS = 10_000;
+
+/**
+ * The composition root: reads the configuration, starts or joins NATS, wires
+ * the store, the session host and the server, and stops them all on a signal.
+ * Resolves with the exit code once everything has stopped.
+ */
+export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const config = loadConfig(env);
+  const logger = jsonLogger(config.logLevel);
+  let embedded: EmbeddedNats | undefined;
+  if (!config.natsUrl) {
+    // nats-server's own info lines are noise here; its warnings and errors are not.
+    const natsLog = (line: string) => {
+      if (!/\[(INF|DBG|TRC)\]/.test(line)) logger.warn('nats-server', { line });
+    };
+    embedded = await startEmbeddedNats({ dataDir: config.dataDir, log: natsLog });
+    logger.info('embedded nats-server started', { url: embedded.url, store: join(config.dataDir, 'nats') });
+  }
+  const natsUrl = config.natsUrl ?? embedded!.url;
+  const stopEmbedded = () => embedded?.stop() ?? Promise.resolve();
+
+  let nc;
+  try {
+    nc = await connectNats(natsUrl, { name: 'tether' });
+  } catch (err) {
+    await stopEmbedded();
+    throw new Error(`cannot reach NATS at ${natsUrl}: ${errorFields(err).error}`);
+  }
+  const log = await jetStreamEventLog(nc);
+  const conversations = await kvConversationStore(nc);
+  const manager = new SessionManager({
+    log,
+    conversations,
+    runtimes: localRuntimeProvider({
+      workspaceRoot: join(config.dataDir, 'workspaces'),
+      commandTimeoutMs: config.commandTimeoutMs,
+      outputCapBytes: config.outputCapBytes,
+    }),
+    agentFor: () => scriptedAgent(),
+    logger,
+    commandTimeoutMs: config.commandTimeoutMs,
+  });
+  const server = tetherServer({ manager, logger, maxFrameBytes: config.maxFrameBytes, maxBodyBytes: config.maxBodyBytes });
+  const address = await server.listen(config.port, config.host);
+  const base = `http://${address.address}:${address.port}`;
+  logger.info('tether listening', { url: base, ws: `ws://${address.address}:${address.port}/ws`, nats: natsUrl });
+
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const shutdown = async (reason: string, code: number) => {
+      if (stopping) return;
+      stopping = true;
+      logger.info('shutting down', { reason });
+      const hardStop = setTimeout(() => {
+        logger.error('shutdown took too long; exiting');
+        void stopEmbedded().finally(() => process.exit(code || 1));
+      }, SHUTDOWN_BUDGET_MS);
+      hardStop.unref();
+      const steps: Array<[string, () => Promise<unknown>]> = [
+        ['server', () => server.close()],
+        ['sessions', () => manager.shutdown()],
+        ['nats connection', () => nc.drain()],
+        ['embedded nats-server', stopEmbedded],
+      ];
+      for (const [name, step] of steps) {
+        await step().catch((err: unknown) => logger.warn(`stopping ${name} failed`, errorFields(err)));
+      }
+      clearTimeout(hardStop);
+      resolve(code);
+    };
+    process.once('SIGINT', () => void shutdown('SIGINT', 0));
+    process.once('SIGTERM', () => void shutdown('SIGTERM', 0));
+    process.on('uncaughtException', (err) => {
+      logger.error('uncaught exception', errorFields(err));
+      void shutdown('crash', 1);
+    });
+    process.on('unhandledRejection', (err) => logger.error('unhandled rejection', errorFields(err)));
+    embedded?.onExit(() => {
+      if (!stopping) logger.error('embedded nats-server exited unexpectedly');
+    });
+  });
+}

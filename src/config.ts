@@ -1,0 +1,56 @@
+import { resolve } from 'node:path';
+import { z } from 'zod';
+
+const port = z.coerce.number().int().min(0).max(65_535);
+const positiveInt = z.coerce.number().int().min(1);
+
+/** Every variable Tether reads, with its default. README's configuration table mirrors this. */
+export const ConfigSchema = z.object({
+  TETHER_HOST: z.string().min(1).default('127.0.0.1'),
+  TETHER_PORT: port.default(3000),
+  TETHER_DATA_DIR: z.string().min(1).default('./.tether'),
+  NATS_URL: z.string().min(1).optional(),
+  TETHER_MAX_FRAME_BYTES: positiveInt.default(1_048_576),
+  TETHER_MAX_BODY_BYTES: positiveInt.default(10_485_760),
+  TETHER_COMMAND_TIMEOUT_MS: positiveInt.default(30_000),
+  TETHER_OUTPUT_CAP_BYTES: positiveInt.default(65_536),
+  TETHER_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+});
+
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  natsUrl: string | undefined;
+  maxFrameBytes: number;
+  maxBodyBytes: number;
+  commandTimeoutMs: number;
+  outputCapBytes: number;
+  logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Parses the environment; throws ConfigError naming every bad variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = ConfigSchema.safeParse(present);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  const c = parsed.data;
+  return {
+    host: c.TETHER_HOST,
+    port: c.TETHER_PORT,
+    dataDir: resolve(c.TETHER_DATA_DIR),
+    natsUrl: c.NATS_URL,
+    maxFrameBytes: c.TETHER_MAX_FRAME_BYTES,
+    maxBodyBytes: c.TETHER_MAX_BODY_BYTES,
+    commandTimeoutMs: c.TETHER_COMMAND_TIMEOUT_MS,
+    outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
+    logLevel: c.TETHER_LOG_LEVEL,
+  };
+}

@@ -1,0 +1,137 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ZodType } from 'zod';
+import { errorFields, type Logger } from '../logger.ts';
+import { ActionBody, CreateConversationBody, EventsQuery } from '../protocol/index.ts';
+import type { SessionManager } from '../session/index.ts';
+import { BadRequestError, toPublicError } from './errorMapping.ts';
+
+export interface HttpApiOptions {
+  manager: SessionManager;
+  logger: Logger;
+  maxBodyBytes: number;
+  /** Who is calling; null when unauthenticated. */
+  authenticate: (req: IncomingMessage, url: URL) => string | null;
+}
+
+interface Ctx {
+  req: IncomingMessage;
+  url: URL;
+  user: string;
+  params: string[];
+}
+type Handler = (ctx: Ctx) => Promise<{ status: number; body?: unknown }>;
+
+/** The REST routes of the contract. Parses and routes; the session manager decides. */
+export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: ServerResponse) => void {
+  const { manager } = options;
+  const readJson = <T>(req: IncomingMessage, schema: ZodType<T>) => readBody(req, options.maxBodyBytes).then((b) => parseJson(b, schema));
+  const routes: Array<[method: string, pattern: RegExp, handler: Handler]> = [
+    ['GET', /^\/healthz$/, async () => ({ status: 200, body: { ok: true } })],
+    [
+      'POST',
+      /^\/api\/conversations$/,
+      async ({ req, user }) => ({ status: 201, body: await manager.create(user, await readJson(req, CreateConversationBody)) }),
+    ],
+    ['GET', /^\/api\/conversations$/, async ({ user }) => ({ status: 200, body: { items: await manager.list(user) } })],
+    ['GET', /^\/api\/conversations\/([^/]+)$/, async ({ user, params }) => ({ status: 200, body: await manager.info(params[0]!, user) })],
+    [
+      'GET',
+      /^\/api\/conversations\/([^/]+)\/events$/,
+      async ({ user, params, url }) => {
+        const q = EventsQuery.parse(Object.fromEntries(url.searchParams));
+        const page = await manager.events(params[0]!, user, { afterSeq: q.after_seq, limit: q.limit });
+        return { status: 200, body: { items: page.items, has_more: page.hasMore } };
+      },
+    ],
+    [
+      'POST',
+      /^\/api\/conversations\/([^/]+)\/actions$/,
+      async ({ req, user, params }) => {
+        const body = await readJson(req, ActionBody);
+        return { status: 202, body: await manager.act(params[0]!, user, body.action, body.client_id) };
+      },
+    ],
+    [
+      'POST',
+      /^\/api\/conversations\/([^/]+)\/stop$/,
+      async ({ user, params }) => {
+        await manager.act(params[0]!, user, { type: 'change_agent_state', state: 'stopped' });
+        return { status: 200, body: { state: 'stopped' } };
+      },
+    ],
+    [
+      'DELETE',
+      /^\/api\/conversations\/([^/]+)$/,
+      async ({ user, params }) => {
+        await manager.delete(params[0]!, user);
+        return { status: 204 };
+      },
+    ],
+  ];
+
+  return (req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    void (async () => {
+      const matches = routes.filter(([, pattern]) => pattern.test(url.pathname));
+      const route = matches.find(([method]) => method === req.method);
+      if (!route) {
+        const err = matches.length > 0 ? ['METHOD_NOT_ALLOWED', 405] : ['NOT_FOUND', 404];
+        throw new BadRequestError(err[0] as string, `no route for ${req.method} ${url.pathname}`, err[1] as number);
+      }
+      const user = options.authenticate(req, url);
+      if (user === null) throw new BadRequestError('UNAUTHENTICATED', 'a valid token is required', 401);
+      const params = (route[1].exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
+      return route[2]({ req, url, user, params });
+    })().then(
+      (result) => send(res, result.status, result.body),
+      (err: unknown) => {
+        const pub = toPublicError(err);
+        if (pub.status >= 500) options.logger.error('request failed', { path: url.pathname, ...errorFields(err) });
+        send(res, pub.status, { error: { code: pub.code, message: pub.message } });
+      },
+    );
+  };
+}
+
+function send(res: ServerResponse, status: number, body?: unknown): void {
+  if (res.headersSent) return;
+  if (body === undefined) {
+    res.writeHead(status).end();
+    return;
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    // Past the limit the rest is drained, not kept, so the 413 answer still reaches the client.
+    req.on('data', (chunk: Buffer) => {
+      if (over) return;
+      size += chunk.length;
+      if (size > limit) {
+        over = true;
+        chunks.length = 0;
+        reject(new BadRequestError('BODY_TOO_LARGE', `request body over ${limit} bytes`, 413));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function parseJson<T>(text: string, schema: ZodType<T>): T {
+  let value: unknown;
+  try {
+    value = text.trim() === '' ? {} : JSON.parse(text);
+  } catch {
+    throw new BadRequestError('BAD_JSON', 'the request body is not valid JSON');
+  }
+  return schema.parse(value);
+}

@@ -1,0 +1,3 @@
+export { tetherServer, localUser, type TetherServer, type TetherServerOptions } from './server.ts';
+export { WsGateway, CLOSE, type WsGatewayOptions } from './wsGateway.ts';
+export { httpApi, type HttpApiOptions } from './httpApi.ts';

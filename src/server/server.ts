@@ -1,0 +1,51 @@
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from '../logger.ts';
+import type { SessionManager } from '../session/index.ts';
+import { httpApi } from './httpApi.ts';
+import { WsGateway } from './wsGateway.ts';
+
+export interface TetherServerOptions {
+  manager: SessionManager;
+  logger: Logger;
+  maxFrameBytes: number;
+  maxBodyBytes: number;
+  /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
+  authenticate?: (req: IncomingMessage, url: URL) => string | null;
+}
+
+export interface TetherServer {
+  readonly http: Server;
+  readonly ws: WsGateway;
+  listen(port: number, host: string): Promise<AddressInfo>;
+  /** Stops accepting, closes sockets with 1001, then closes the listener. */
+  close(): Promise<void>;
+}
+
+export const localUser = (): string => 'local';
+
+/** HTTP and WebSocket on one port. No business rules here: parse, authenticate, route. */
+export function tetherServer(options: TetherServerOptions): TetherServer {
+  const authenticate = options.authenticate ?? localUser;
+  const http = createServer(httpApi({ ...options, authenticate }));
+  const ws = new WsGateway({ ...options, authenticate });
+  http.on('upgrade', (req, socket, head) => ws.handleUpgrade(req, socket, head));
+  return {
+    http,
+    ws,
+    listen: (port, host) =>
+      new Promise((resolve, reject) => {
+        http.once('error', reject);
+        http.listen(port, host, () => {
+          http.off('error', reject);
+          resolve(http.address() as AddressInfo);
+        });
+      }),
+    close: async () => {
+      const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+      await ws.close();
+      http.closeAllConnections();
+      await closed;
+    },
+  };
+}

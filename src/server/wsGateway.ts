@@ -1,0 +1,187 @@
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import { errorFields, type Logger } from '../logger.ts';
+import { ClientFrame, ConversationId, type LoggedEvent, type ServerFrame } from '../protocol/index.ts';
+import { ConversationNotFoundError, type SessionManager } from '../session/index.ts';
+import { formatZodError, toPublicError } from './errorMapping.ts';
+
+export const CLOSE = {
+  goingAway: 1001,
+  tooLarge: 1009,
+  internal: 1011,
+  slowConsumer: 1013,
+  unauthenticated: 4001,
+  badRequest: 4000,
+  unknownConversation: 4004,
+} as const;
+
+export interface WsGatewayOptions {
+  manager: SessionManager;
+  logger: Logger;
+  maxFrameBytes: number;
+  authenticate: (req: IncomingMessage, url: URL) => string | null;
+  /** Events per history page sent while a client catches up. */
+  replayPageSize?: number;
+}
+
+const CLIENT_FRAME_TYPES = new Set(['user_action', 'ping']);
+
+/** One serialisation per stored event, however many clients receive it. */
+const frameText = new WeakMap<LoggedEvent, string>();
+function eventFrame(logged: LoggedEvent): string {
+  let text = frameText.get(logged);
+  if (text === undefined) {
+    text = `{"type":"event","seq":${logged.seq},"event":${JSON.stringify(logged.event)}}`;
+    frameText.set(logged, text);
+  }
+  return text;
+}
+
+/**
+ * The WebSocket endpoint: `GET /ws?conversation_id=ID&after_seq=N`. A client
+ * gets `sync`, then every stored event after its cursor exactly once and in
+ * order (history, then live), whatever happens while it catches up.
+ */
+export class WsGateway {
+  readonly #wss: WebSocketServer;
+  readonly #options: WsGatewayOptions;
+
+  constructor(options: WsGatewayOptions) {
+    this.#options = options;
+    this.#wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, perMessageDeflate: false });
+  }
+
+  get clientCount(): number {
+    return this.#wss.clients.size;
+  }
+
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    if (url.pathname !== '/ws') {
+      socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n');
+      return;
+    }
+    this.#wss.handleUpgrade(req, socket, head, (ws) => {
+      void this.#accept(ws, req, url).catch((err) => {
+        this.#options.logger.error('ws connection failed', errorFields(err));
+        ws.close(CLOSE.internal, 'internal error');
+      });
+    });
+  }
+
+  /** Closes every connection with 1001 (going away). */
+  close(): Promise<void> {
+    for (const ws of this.#wss.clients) ws.close(CLOSE.goingAway, 'server going away');
+    return new Promise((resolve) => this.#wss.close(() => resolve()));
+  }
+
+  async #accept(ws: WebSocket, req: IncomingMessage, url: URL): Promise<void> {
+    const { manager } = this.#options;
+    const early: Array<[RawData, boolean]> = [];
+    let onFrame: ((data: RawData, isBinary: boolean) => void) | null = null;
+    let unsubscribe: (() => void) | null = null;
+    ws.on('message', (data, isBinary) => (onFrame ? onFrame(data, isBinary) : early.push([data, isBinary])));
+    ws.on('close', () => unsubscribe?.());
+    ws.on('error', (err) => this.#options.logger.warn('ws error', errorFields(err)));
+
+    const user = this.#options.authenticate(req, url);
+    if (user === null) return ws.close(CLOSE.unauthenticated, 'unauthenticated');
+    const id = ConversationId.safeParse(url.searchParams.get('conversation_id'));
+    if (!id.success) return ws.close(CLOSE.unknownConversation, 'unknown conversation');
+    const afterSeq = parseCursor(url.searchParams.get('after_seq'));
+    if (afterSeq === null) return ws.close(CLOSE.badRequest, 'after_seq must be a non-negative integer');
+    const conversationId = id.data;
+
+    let session;
+    try {
+      session = await manager.session(conversationId, user);
+    } catch (err) {
+      if (err instanceof ConversationNotFoundError) return ws.close(CLOSE.unknownConversation, 'unknown conversation');
+      throw err;
+    }
+    if (ws.readyState !== ws.OPEN) return;
+
+    // Subscribe first and buffer, then read the high-water mark: an event
+    // stored meanwhile is either in the history read or in the buffer.
+    let cursor = afterSeq;
+    let buffer: LoggedEvent[] | null = [];
+    const sendEvent = (logged: LoggedEvent) => {
+      if (logged.seq <= cursor) return;
+      cursor = logged.seq;
+      ws.send(eventFrame(logged));
+    };
+    unsubscribe = manager.subscribe(conversationId, {
+      event: (logged) => (buffer ? buffer.push(logged) : sendEvent(logged)),
+      status: (frame) => send(ws, frame),
+    });
+    const throughSeq = session.lastSeq;
+    send(ws, { type: 'sync', conversation_id: conversationId, through_seq: throughSeq, state: session.state });
+    const pageSize = this.#options.replayPageSize ?? 500;
+    while (cursor < throughSeq && ws.readyState === ws.OPEN) {
+      const page = await manager.events(conversationId, user, { afterSeq: cursor, limit: pageSize });
+      for (const logged of page.items) if (logged.seq <= throughSeq) sendEvent(logged);
+      if (!page.hasMore || page.items.length === 0) break;
+    }
+    const buffered = buffer;
+    buffer = null;
+    for (const logged of buffered) sendEvent(logged);
+
+    let actions: Promise<unknown> = Promise.resolve();
+    onFrame = (data, isBinary) => {
+      const frame = this.#parse(ws, data, isBinary);
+      if (frame?.type === 'ping') send(ws, { type: 'pong' });
+      else if (frame?.type === 'user_action') {
+        // One connection's actions are stored in the order it sent them.
+        actions = actions.then(() =>
+          manager.act(conversationId, user, frame.action, frame.client_id).catch((err: unknown) => {
+            const pub = toPublicError(err);
+            if (pub.status >= 500) this.#options.logger.error('action failed', { conversation_id: conversationId, ...errorFields(err) });
+            send(ws, { type: 'error', code: pub.code, message: pub.message });
+          }),
+        );
+      }
+    };
+    for (const [data, isBinary] of early.splice(0)) onFrame(data, isBinary);
+  }
+
+  /** A valid client frame, or null after telling the client what was wrong. */
+  #parse(ws: WebSocket, data: RawData, isBinary: boolean): ClientFrame | null {
+    const fail = (code: string, message: string) => {
+      send(ws, { type: 'error', code, message });
+      return null;
+    };
+    if (isBinary) return fail('BAD_FRAME', 'binary frames are not supported: send JSON text frames');
+    let value: unknown;
+    try {
+      value = JSON.parse(rawText(data));
+    } catch {
+      return fail('BAD_JSON', 'the frame is not valid JSON');
+    }
+    if (typeof value !== 'object' || value === null || Array.isArray(value) || typeof (value as { type?: unknown }).type !== 'string') {
+      return fail('BAD_FRAME', 'every frame is a JSON object with a string "type"');
+    }
+    const type = (value as { type: string }).type;
+    if (!CLIENT_FRAME_TYPES.has(type)) {
+      return fail('UNKNOWN_FRAME_TYPE', `unknown frame type ${JSON.stringify(type.slice(0, 64))}: expected user_action or ping`);
+    }
+    const parsed = ClientFrame.safeParse(value);
+    return parsed.success ? parsed.data : fail('BAD_FRAME', formatZodError(parsed.error));
+  }
+}
+
+function send(ws: WebSocket, frame: ServerFrame): void {
+  if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
+}
+
+function rawText(data: RawData): string {
+  if (Buffer.isBuffer(data)) return data.toString('utf8');
+  if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
+  return Buffer.from(data).toString('utf8');
+}
+
+function parseCursor(value: string | null): number | null {
+  if (value === null || value === '') return 0;
+  if (!/^\d{1,15}$/.test(value)) return null;
+  return Number(value);
+}

@@ -1,0 +1,218 @@
+import type { SessionSnapshot } from '../../machines/index.ts';
+import type { Agent, AgentAction } from '../agent/index.ts';
+import { errorFields, type Logger } from '../logger.ts';
+import type { NewEvent, StatusFrame, StoredEvent } from '../protocol/index.ts';
+import type { CommandResult, Runtime, RuntimeProvider } from '../runtime/index.ts';
+import type { EventLog } from '../store/index.ts';
+import type { ConversationFeed } from './conversationFeed.ts';
+import { IllegalTransitionError, SessionClosedError } from './errors.ts';
+
+export interface SessionEffectDeps {
+  log: EventLog;
+  feed: ConversationFeed;
+  agent: Agent;
+  runtimes: RuntimeProvider;
+  clock: () => Date;
+  logger: Logger;
+  /** Given to the runtime's environment; never stored. */
+  secrets: Record<string, string>;
+  commandTimeoutMs?: number;
+}
+
+/** The part of a session that effects talk back to. */
+export interface EffectHost {
+  readonly conversationId: string;
+  readonly history: readonly StoredEvent[];
+  readonly closed: boolean;
+  submit(event: NewEvent): Promise<unknown>;
+}
+
+const STATUS = {
+  starting: { level: 'info', id: 'STATUS$STARTING_RUNTIME', message: 'Starting the runtime...' },
+  connected: { level: 'info', id: 'STATUS$RUNTIME_CONNECTED', message: 'The runtime is ready.' },
+  failed: { level: 'error', id: 'STATUS$ERROR_RUNTIME_DISCONNECTED', message: 'The runtime is not available.' },
+} as const satisfies Record<string, Omit<StatusFrame, 'type'>>;
+
+/**
+ * The effects a session's machine asks for, run by the host: start the
+ * runtime, ask the agent, run a command. Their results re-enter the session
+ * through `submit`, so they are stored before they take effect, and a result
+ * the machine no longer wants (a stale step) is refused and dropped.
+ */
+export class SessionEffects {
+  readonly #host: EffectHost;
+  readonly #deps: SessionEffectDeps;
+  readonly #abort = new AbortController();
+  #runtime: Runtime | null = null;
+  #starting: Promise<Runtime | null> | null = null;
+
+  constructor(host: EffectHost, deps: SessionEffectDeps) {
+    this.#host = host;
+    this.#deps = deps;
+  }
+
+  /** Implementations for the machine's named actions. Each only schedules work. */
+  actions() {
+    return {
+      startRuntime: () => this.#spawn(() => this.#ensureRuntime()),
+      askAgent: ({ context }: { context: SessionSnapshot['context'] }) => {
+        const cause = context.stepCause;
+        if (cause !== null) this.#spawn(() => this.#askAgent(cause));
+      },
+      runCommand: ({ context }: { context: SessionSnapshot['context'] }) => {
+        const pending = context.pendingCommand;
+        if (pending) this.#spawn(() => this.#runCommand(pending.eventId, pending.command));
+      },
+    };
+  }
+
+  /**
+   * Starts again what a restored session was waiting for. A command that was
+   * running when the process died is reported as interrupted, never run twice.
+   */
+  resume(snapshot: SessionSnapshot): void {
+    if (snapshot.matches('starting')) this.#spawn(() => this.#ensureRuntime());
+    else if (snapshot.matches({ active: { running: 'thinking' } }) && snapshot.context.stepCause !== null) {
+      const cause = snapshot.context.stepCause;
+      this.#spawn(() => this.#askAgent(cause));
+    }
+    const pending = snapshot.context.pendingCommand;
+    if (pending) {
+      this.#spawn(() =>
+        this.#report(pending.eventId, pending.command, {
+          exit_code: null,
+          output: 'interrupted: the server stopped before this command finished; it was not run again',
+          timed_out: false,
+          truncated: false,
+        }),
+      );
+    }
+  }
+
+  /** Stops the current runtime, if any, and starts a new one in the same workspace. */
+  async reconnect(): Promise<void> {
+    const old = this.#runtime;
+    this.#runtime = null;
+    await old?.stop();
+    await this.#ensureRuntime();
+  }
+
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    const runtime = this.#runtime;
+    this.#runtime = null;
+    await runtime?.stop();
+  }
+
+  #spawn(work: () => Promise<unknown>): void {
+    void Promise.resolve()
+      .then(work)
+      .catch((err) => {
+        if (err instanceof IllegalTransitionError || err instanceof SessionClosedError) {
+          // Expected after a stop or a close: the result of an abandoned effect is refused.
+          this.#deps.logger.info('effect result dropped', { conversation_id: this.#host.conversationId, reason: err.message });
+          return;
+        }
+        this.#deps.logger.error('session effect failed', { conversation_id: this.#host.conversationId, ...errorFields(err) });
+      });
+  }
+
+  #status(frame: Omit<StatusFrame, 'type'>): void {
+    this.#deps.feed.publishStatus(this.#host.conversationId, { type: 'status', ...frame });
+  }
+
+  /** The live runtime, starting one (and storing its status) when there is none. */
+  #ensureRuntime(): Promise<Runtime | null> {
+    if (this.#runtime?.alive) return Promise.resolve(this.#runtime);
+    this.#starting ??= this.#startRuntime().finally(() => {
+      this.#starting = null;
+    });
+    return this.#starting;
+  }
+
+  async #startRuntime(): Promise<Runtime | null> {
+    if (this.#abort.signal.aborted) return null;
+    this.#status(STATUS.starting);
+    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'starting' } });
+    const runtime = this.#deps.runtimes.create(this.#host.conversationId, { env: this.#deps.secrets });
+    try {
+      await runtime.start();
+    } catch (err) {
+      this.#status(STATUS.failed);
+      const message = `the runtime failed to start: ${errorFields(err).error}`;
+      await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'disconnected', message } });
+      return null;
+    }
+    if (this.#abort.signal.aborted) {
+      await runtime.stop();
+      return null;
+    }
+    this.#runtime = runtime;
+    runtime.onExit((exit) => this.#spawn(() => this.#runtimeDied(runtime, exit.code, exit.signal)));
+    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'connected' } });
+    this.#status(STATUS.connected);
+    return runtime;
+  }
+
+  async #runtimeDied(runtime: Runtime, code: number | null, signal: string | null): Promise<void> {
+    if (this.#runtime !== runtime) return;
+    this.#runtime = null;
+    this.#status(STATUS.failed);
+    const message = `the runtime exited (${signal ? `signal ${signal}` : `code ${code}`})`;
+    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'disconnected', message } });
+  }
+
+  async #askAgent(cause: number): Promise<void> {
+    let action: AgentAction;
+    try {
+      action = await this.#deps.agent.step({
+        conversationId: this.#host.conversationId,
+        history: this.#host.history.slice(),
+        signal: this.#abort.signal,
+      });
+    } catch (err) {
+      if (this.#abort.signal.aborted) return;
+      const message = `the agent failed: ${errorFields(err).error}`;
+      await this.#host.submit({ source: 'agent', type: 'agent_error', data: { code: 'AGENT_FAILED', message }, cause });
+      return;
+    }
+    if (this.#abort.signal.aborted) return;
+    await this.#host.submit(agentEvent(action, cause));
+  }
+
+  async #runCommand(commandId: number, command: string): Promise<void> {
+    const runtime = await this.#ensureRuntime();
+    let result: CommandResult;
+    if (!runtime) {
+      result = { exit_code: null, output: 'the runtime is not available', timed_out: false, truncated: false };
+    } else {
+      try {
+        result = await runtime.run(command, { timeoutMs: this.#deps.commandTimeoutMs, signal: this.#abort.signal });
+      } catch (err) {
+        result = { exit_code: null, output: `the runtime failed: ${errorFields(err).error}`, timed_out: false, truncated: false };
+      }
+    }
+    if (this.#abort.signal.aborted) return;
+    await this.#report(commandId, command, result);
+  }
+
+  #report(commandId: number, command: string, result: CommandResult): Promise<unknown> {
+    return this.#host.submit({
+      source: 'environment',
+      type: 'command_output',
+      data: { command, ...result },
+      cause: commandId,
+    });
+  }
+}
+
+function agentEvent(action: AgentAction, cause: number): NewEvent {
+  switch (action.type) {
+    case 'message':
+      return { source: 'agent', type: 'message', data: { content: action.content }, cause };
+    case 'run':
+      return { source: 'agent', type: 'command', data: { command: action.command }, cause };
+    case 'finish':
+      return { source: 'agent', type: 'finish', data: { content: action.content }, cause };
+  }
+}
