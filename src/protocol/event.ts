@@ -65,7 +65,10 @@ export const StoredEvent = z
       data: z.object({ code: z.string(), message: z.string() }),
     }),
   ])
-  .meta({ title: 'Tether stored event', id: 'https://tether.dev/schema/stored-event.json' });
+  .meta({
+    title: 'Tether stored event',
+    description: 'One event of a conversation, as stored on NATS subject tether.conv.<conversation_id>.events.',
+  });
 export type StoredEvent = z.infer<typeof StoredEvent>;
 export type StoredEventType = StoredEvent['type'];
 export type EventOf<T extends StoredEventType> = Extract<StoredEvent, { type: T }>;

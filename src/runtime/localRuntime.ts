@@ -1,0 +1,313 @@
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ConversationId } from '../protocol/index.ts';
+import { RuntimeDeadError } from './errors.ts';
+import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
+import type {
+  CommandResult,
+  RunOptions,
+  Runtime,
+  RuntimeExit,
+  RuntimeOptions,
+  RuntimeProvider,
+} from './runtime.ts';
+
+export interface LocalRuntimeProviderOptions {
+  /** Each conversation works in `<workspaceRoot>/<conversationId>`, created if missing. */
+  workspaceRoot: string;
+  commandTimeoutMs?: number;
+  /** Output kept per command; the head is kept and the rest dropped as it arrives. */
+  outputCapBytes?: number;
+  /** A bash-compatible shell: commands are passed as `$'...'` strings to `eval`. */
+  shell?: string;
+  /** How long an interrupted command gets to stop before its shell is replaced. */
+  interruptGraceMs?: number;
+  /** Environment the shells inherit, minus `TETHER_*` and `NATS_*`. Defaults to process.env. */
+  baseEnv?: NodeJS.ProcessEnv;
+}
+
+export interface LocalRuntimeConfig {
+  workspace: string;
+  env: Record<string, string>;
+  shell: string;
+  commandTimeoutMs: number;
+  outputCapBytes: number;
+  interruptGraceMs: number;
+}
+
+const START_TIMEOUT_MS = 10_000;
+const MAX_TIMER_MS = 2 ** 31 - 1; // setTimeout fires at once beyond this
+const RESTART_NOTE =
+  '\n[tether] the command did not stop when interrupted; the shell was restarted ' +
+  '(working directory and variables are reset)\n';
+
+type State = 'new' | 'starting' | 'alive' | 'dead' | 'stopped';
+
+interface Job {
+  command: string;
+  timeoutMs: number;
+  resolve: (result: CommandResult) => void;
+  reject: (error: Error) => void;
+  detach: () => void;
+}
+
+interface Running {
+  job: Job;
+  capture: OutputCapture;
+  timer?: NodeJS.Timeout;
+  grace?: NodeJS.Timeout;
+  interrupted?: 'timeout' | 'abort';
+}
+
+/**
+ * A persistent bash process per conversation, on this machine, without isolation.
+ * Commands run one at a time in the same shell, so `cd` and variables persist; each
+ * gets `/dev/null` as stdin. A command that outlives its timeout (or whose signal
+ * aborts) is interrupted with SIGINT; if it still does not stop, the shell is
+ * replaced and the next command runs in a fresh one. An aborted `signal` interrupts
+ * the same way and resolves with exit_code null and timed_out false (empty output if
+ * the command had not started). A runtime starts once: after stop() or its death,
+ * create a new one (the workspace is kept). `exit` or a failure under `set -e` ends
+ * the shell, as in a terminal: the runtime dies.
+ */
+export class LocalRuntime implements Runtime {
+  readonly workspace: string;
+  private state: State = 'new';
+  private child: ChildProcessWithoutNullStreams | undefined;
+  private starting: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private queue: Job[] = [];
+  private current: Running | undefined;
+  private readonly listeners = new Set<(exit: RuntimeExit) => void>();
+
+  constructor(
+    readonly conversationId: string,
+    private readonly config: LocalRuntimeConfig,
+  ) {
+    this.workspace = config.workspace;
+  }
+
+  get alive(): boolean {
+    return this.state === 'alive';
+  }
+
+  /** The shell's process id (also its process group id); undefined when no shell runs. */
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  start(): Promise<void> {
+    if (this.state === 'stopped' || this.state === 'dead') {
+      return Promise.reject(new RuntimeDeadError(`runtime of ${this.conversationId} is ${this.state}; create a new one`));
+    }
+    this.starting ??= this.boot();
+    return this.starting;
+  }
+
+  run(command: string, options: RunOptions = {}): Promise<CommandResult> {
+    if (this.state !== 'alive') {
+      return Promise.reject(new RuntimeDeadError(`runtime of ${this.conversationId} is ${this.state}`));
+    }
+    return this.enqueue(command, options.timeoutMs ?? this.config.commandTimeoutMs, options.signal);
+  }
+
+  stop(): Promise<void> {
+    this.stopping ??= this.shutdown();
+    return this.stopping;
+  }
+
+  onExit(listener: (exit: RuntimeExit) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private async boot(): Promise<void> {
+    this.state = 'starting';
+    await mkdir(this.workspace, { recursive: true });
+    if (this.state !== 'starting') throw new RuntimeDeadError(`runtime of ${this.conversationId} was stopped while starting`);
+    this.spawnShell();
+    const ready = await this.enqueue(':', START_TIMEOUT_MS);
+    if (ready.exit_code !== 0) {
+      await this.stop();
+      throw new RuntimeDeadError(`the shell of ${this.conversationId} did not answer: ${ready.output}`);
+    }
+    this.state = 'alive';
+  }
+
+  private async shutdown(): Promise<void> {
+    const child = this.child;
+    this.child = undefined;
+    this.state = 'stopped';
+    this.listeners.clear();
+    this.failAll(new RuntimeDeadError(`runtime of ${this.conversationId} was stopped`));
+    if (child) {
+      const exited = exitOf(child);
+      signalGroup(child, 'SIGKILL');
+      await exited;
+    }
+  }
+
+  private spawnShell(): void {
+    const child = spawn(this.config.shell, ['--noprofile', '--norc'], {
+      cwd: this.workspace,
+      env: this.config.env,
+      detached: true, // own process group, so a signal reaches the shell and its children
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    this.child = child;
+    const mine = () => this.child === child;
+    child.stdin.on('error', () => {}); // EPIPE after the shell died; the exit handler reports it
+    child.stdout.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
+    child.stderr.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
+    child.on('error', (error) => mine() && this.die({ code: null, signal: null }, error));
+    child.on('exit', (code, signal) => mine() && this.die({ code, signal }));
+    child.stdin.write(SHELL_PRELUDE);
+  }
+
+  private die(exit: RuntimeExit, cause?: unknown): void {
+    const wasAlive = this.state === 'alive';
+    const child = this.child;
+    this.child = undefined;
+    this.state = 'dead';
+    signalGroup(child, 'SIGKILL'); // children the shell left behind
+    const how = exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`;
+    this.failAll(new RuntimeDeadError(`the shell of ${this.conversationId} exited (${how})`, { cause }));
+    const listeners = [...this.listeners];
+    this.listeners.clear();
+    if (wasAlive) for (const listener of listeners) listener(exit);
+  }
+
+  private enqueue(command: string, timeoutMs: number, signal?: AbortSignal): Promise<CommandResult> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) return resolve(notRun());
+      const onAbort = () => this.abort(job);
+      const detach = () => signal?.removeEventListener('abort', onAbort);
+      const job: Job = { command, timeoutMs, resolve, reject, detach };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.queue.push(job);
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    if (this.current || !this.child) return;
+    const job = this.queue.shift();
+    if (!job) return;
+    const run: Running = { job, capture: new OutputCapture(job.command, this.config.outputCapBytes) };
+    this.current = run;
+    if (Number.isFinite(job.timeoutMs)) {
+      run.timer = setTimeout(() => this.interrupt(run, 'timeout'), Math.min(job.timeoutMs, MAX_TIMER_MS));
+    }
+    this.child.stdin.write(run.capture.line);
+  }
+
+  private onOutput(chunk: Buffer): void {
+    const run = this.current;
+    if (!run) return; // output of background jobs between commands
+    const code = run.capture.push(chunk);
+    if (code !== undefined) this.settle(run, code);
+  }
+
+  private abort(job: Job): void {
+    if (this.current?.job === job) return this.interrupt(this.current, 'abort');
+    const at = this.queue.indexOf(job);
+    if (at < 0) return;
+    this.queue.splice(at, 1);
+    job.resolve(notRun());
+  }
+
+  private interrupt(run: Running, why: 'timeout' | 'abort'): void {
+    if (this.current !== run || run.interrupted) return;
+    run.interrupted = why;
+    clearTimeout(run.timer);
+    signalGroup(this.child, 'SIGINT');
+    run.grace = setTimeout(() => this.replaceShell(run), this.config.interruptGraceMs);
+  }
+
+  private replaceShell(run: Running): void {
+    if (this.current !== run) return;
+    const stuck = this.child;
+    this.child = undefined; // its exit is expected: no onExit
+    signalGroup(stuck, 'SIGKILL');
+    this.spawnShell();
+    this.settle(run, null, RESTART_NOTE);
+  }
+
+  private settle(run: Running, code: number | null, note = ''): void {
+    clearTimeout(run.timer);
+    clearTimeout(run.grace);
+    run.job.detach();
+    this.current = undefined;
+    const { output, truncated } = run.capture.finish();
+    run.job.resolve({
+      exit_code: run.interrupted ? null : code,
+      output: output + note,
+      timed_out: run.interrupted === 'timeout',
+      truncated,
+    });
+    this.pump();
+  }
+
+  private failAll(error: RuntimeDeadError): void {
+    const jobs = this.current ? [this.current.job, ...this.queue] : this.queue;
+    if (this.current) {
+      clearTimeout(this.current.timer);
+      clearTimeout(this.current.grace);
+    }
+    this.current = undefined;
+    this.queue = [];
+    for (const job of jobs) {
+      job.detach();
+      job.reject(error);
+    }
+  }
+}
+
+function notRun(): CommandResult {
+  return { exit_code: null, output: '', timed_out: false, truncated: false };
+}
+
+function signalGroup(child: ChildProcessWithoutNullStreams | undefined, signal: NodeJS.Signals): void {
+  if (child?.pid === undefined) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    // ESRCH: the group is already gone.
+  }
+}
+
+function exitOf(child: ChildProcessWithoutNullStreams): Promise<void> {
+  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+function runtimeEnv(base: NodeJS.ProcessEnv, extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [name, value] of Object.entries(base)) {
+    if (value !== undefined && !name.startsWith('TETHER_') && !name.startsWith('NATS_')) env[name] = value;
+  }
+  return { ...env, ...extra };
+}
+
+/** Runs each conversation's commands in a local bash under `workspaceRoot`. */
+export function localRuntimeProvider(options: LocalRuntimeProviderOptions): RuntimeProvider {
+  const { workspaceRoot, commandTimeoutMs = 30_000, outputCapBytes = 64 * 1024 } = options;
+  const { shell = 'bash', interruptGraceMs = 1_000, baseEnv = process.env } = options;
+  return {
+    create(conversationId: string, runtimeOptions: RuntimeOptions = {}): LocalRuntime {
+      // The id becomes a directory name: refuse anything that could leave the root.
+      if (!ConversationId.safeParse(conversationId).success) {
+        throw new TypeError(`not a conversation id: ${JSON.stringify(conversationId)}`);
+      }
+      return new LocalRuntime(conversationId, {
+        workspace: join(workspaceRoot, conversationId),
+        env: runtimeEnv(baseEnv, runtimeOptions.env),
+        shell,
+        commandTimeoutMs,
+        outputCapBytes,
+        interruptGraceMs,
+      });
+    },
+  };
+}

@@ -1,0 +1,144 @@
+import { describe, expect, it } from 'vitest';
+import { scriptedAgent, ScriptedAgent, type AgentAction } from '../../src/agent/index.ts';
+import { StoredEvent } from '../../src/protocol/index.ts';
+
+type Draft = Pick<StoredEvent, 'source' | 'type' | 'data'> & { cause?: number };
+
+/** Stamps drafts into valid stored events with dense ids, as the log would. */
+function history(...drafts: Draft[]): StoredEvent[] {
+  return drafts.map((draft, id) =>
+    StoredEvent.parse({ v: 1, id, conversation_id: 'c1', ts: '2025-01-01T00:00:00.000Z', ...draft }),
+  );
+}
+
+const created = (initial_message?: string): Draft => ({
+  source: 'user',
+  type: 'conversation_created',
+  data: {
+    user: 'local',
+    confirmation_mode: false,
+    max_iterations: 10,
+    secret_names: [],
+    replay: false,
+    ...(initial_message === undefined ? {} : { initial_message }),
+  },
+});
+const userSays = (content: string): Draft => ({ source: 'user', type: 'message', data: { content } });
+const agentSays = (content: string): Draft => ({ source: 'agent', type: 'message', data: { content } });
+const agentRuns = (command: string): Draft => ({ source: 'agent', type: 'command', data: { command } });
+const output = (data: Partial<Extract<StoredEvent, { type: 'command_output' }>['data']> = {}): Draft => ({
+  source: 'environment',
+  type: 'command_output',
+  data: { command: 'ls', exit_code: 0, output: '', timed_out: false, truncated: false, ...data },
+});
+const running: Draft = { source: 'environment', type: 'agent_state_changed', data: { state: 'running' } };
+
+function step(...drafts: Draft[]): Promise<AgentAction> {
+  return scriptedAgent().step({ conversationId: 'c1', history: history(...drafts) });
+}
+
+async function reply(...drafts: Draft[]): Promise<string> {
+  const action = await step(...drafts);
+  if (action.type !== 'message') throw new Error(`expected a message, got ${JSON.stringify(action)}`);
+  return action.content;
+}
+
+describe('ScriptedAgent', () => {
+  it('runs the command of a user message that starts with "!"', async () => {
+    await expect(step(created(), userSays('  !  ls -la  '))).resolves.toEqual({ type: 'run', command: 'ls -la' });
+  });
+
+  it('runs a multi-line command as given after the "!"', async () => {
+    await expect(step(userSays('!cd src\nls'))).resolves.toEqual({ type: 'run', command: 'cd src\nls' });
+  });
+
+  it('says there is nothing to run for a bare "!"', async () => {
+    expect(await reply(userSays('!'))).toContain('nothing to run');
+  });
+
+  it('answers help with how to run commands', async () => {
+    const content = await reply(userSays('help'));
+    expect(content).toContain('!ls');
+    expect(content).toContain('scripted agent');
+  });
+
+  it('acknowledges any other message by echoing it and saying how to run commands', async () => {
+    const content = await reply(userSays('hello there'));
+    expect(content).toContain('"hello there"');
+    expect(content).toContain('!ls');
+  });
+
+  it('shortens a long message it echoes', async () => {
+    const content = await reply(userSays('x'.repeat(5_000)));
+    expect(content.length).toBeLessThan(600);
+    expect(content).toContain('x'.repeat(200));
+  });
+
+  it('looks past lifecycle events to the latest user message', async () => {
+    await expect(step(userSays('!pwd'), running)).resolves.toEqual({ type: 'run', command: 'pwd' });
+  });
+
+  it('answers an initial message that only the creation event holds', async () => {
+    await expect(step(created('!whoami'), running)).resolves.toEqual({ type: 'run', command: 'whoami' });
+  });
+
+  it('greets and explains itself when there is nothing to answer yet', async () => {
+    expect(await reply(created(), running)).toContain('!ls');
+  });
+
+  it('summarises the output of its command with the exit code and the output', async () => {
+    const content = await reply(userSays('!ls'), agentRuns('ls'), output({ exit_code: 0, output: 'a.txt\nb.txt\n' }));
+    expect(content).toContain('exited with code 0');
+    expect(content).toContain('a.txt\nb.txt');
+  });
+
+  it('reports a failing exit code', async () => {
+    const content = await reply(agentRuns('false'), output({ command: 'false', exit_code: 1 }));
+    expect(content).toContain('`false` exited with code 1');
+    expect(content).toContain('printed nothing');
+  });
+
+  it('reports a timed out command', async () => {
+    const content = await reply(agentRuns('sleep 99'), output({ command: 'sleep 99', exit_code: null, timed_out: true }));
+    expect(content).toContain('timed out');
+  });
+
+  it('reports a command interrupted without timing out', async () => {
+    const content = await reply(agentRuns('make'), output({ command: 'make', exit_code: null, output: 'building\n' }));
+    expect(content).toContain('was interrupted');
+    expect(content).toContain('building');
+  });
+
+  it('keeps only the first lines of a long output and says it shortened them', async () => {
+    const long = Array.from({ length: 500 }, (_, i) => `line ${i}`).join('\n');
+    const content = await reply(agentRuns('seq'), output({ output: long }));
+    expect(content).toContain('line 0\nline 1');
+    expect(content).not.toContain('line 499');
+    expect(content).toContain('output shortened');
+    expect(content.length).toBeLessThan(2_300);
+  });
+
+  it('says the output was shortened when the runtime truncated it', async () => {
+    const content = await reply(agentRuns('yes'), output({ output: 'y\ny\n', truncated: true }));
+    expect(content).toContain('output shortened');
+  });
+
+  it('finishes instead of repeating itself when it already answered', async () => {
+    const answered = await step(userSays('!ls'), agentRuns('ls'), output(), agentSays('`ls` exited with code 0.'));
+    expect(answered.type).toBe('finish');
+  });
+
+  it('gives the same action for the same history', async () => {
+    const events = [userSays('hi'), agentSays('hello'), userSays('what now?')];
+    const first = await step(...events);
+    expect(first).toEqual(await new ScriptedAgent().step({ conversationId: 'other', history: history(...events) }));
+    expect(first).toMatchObject({ type: 'message', content: expect.stringContaining('what now?') });
+  });
+
+  it('rejects when its signal is already aborted', async () => {
+    const controller = new AbortController();
+    controller.abort(new Error('stopped'));
+    const stepping = scriptedAgent().step({ conversationId: 'c1', history: [], signal: controller.signal });
+    await expect(stepping).rejects.toThrow('stopped');
+  });
+});

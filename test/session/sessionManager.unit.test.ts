@@ -1,0 +1,169 @@
+import { describe, expect, it } from 'vitest';
+import { scriptedAgent } from '../../src/agent/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
+import {
+  ConversationNotFoundError,
+  IllegalTransitionError,
+  SessionClosedError,
+  SessionManager,
+} from '../../src/session/index.ts';
+import { memoryConversationStore, memoryEventLog, type ConversationStore, type EventLog } from '../../src/store/index.ts';
+
+function manager(log: EventLog = memoryEventLog(), conversations: ConversationStore = memoryConversationStore()) {
+  let n = 0;
+  return new SessionManager({
+    log,
+    conversations,
+    runtimes: memoryRuntimeProvider(),
+    agentFor: () => scriptedAgent(),
+    clock: () => new Date(Date.UTC(2026, 0, 1, 0, 0, n++)),
+  });
+}
+
+const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
+
+async function settle(m: SessionManager, id: string, state = 'awaiting_user_input'): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const session = await m.session(id, 'local');
+    if (session.state === state) return;
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  throw new Error(`conversation never reached ${state}`);
+}
+
+async function allEvents(log: EventLog, id: string): Promise<StoredEvent[]> {
+  return (await log.read(id)).items.map((i: LoggedEvent) => i.event);
+}
+
+describe('session manager', () => {
+  it('stores the creation, the runtime start, the message, each state change and the reply, in that order', async () => {
+    const log = memoryEventLog();
+    const m = manager(log);
+    const { conversation_id: id } = await m.create('local', { ...defaults, initial_message: 'hello' });
+    await settle(m, id);
+    const events = await allEvents(log, id);
+    expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i));
+    const kinds = events.map((e) => `${e.source}:${e.type}${e.type === 'agent_state_changed' ? `:${e.data.state}` : ''}`);
+    expect(kinds[0]).toBe('user:conversation_created');
+    expect(kinds).toContain('user:message');
+    expect(kinds.slice(-3)).toEqual([
+      'environment:agent_state_changed:running',
+      'agent:message',
+      'environment:agent_state_changed:awaiting_user_input',
+    ]);
+    expect(kinds.indexOf('environment:runtime_status')).toBeLessThan(kinds.indexOf('environment:agent_state_changed:running'));
+  });
+
+  it('runs a command for a message starting with ! and stores its output as an observation of the command', async () => {
+    const log = memoryEventLog();
+    const m = manager(log);
+    const { conversation_id: id } = await m.create('local', defaults);
+    await settle(m, id);
+    await m.act(id, 'local', { type: 'message', content: '!echo tether' });
+    await settle(m, id);
+    const events = await allEvents(log, id);
+    const command = events.find((e) => e.type === 'command');
+    const output = events.find((e) => e.type === 'command_output');
+    expect(command?.source).toBe('agent');
+    expect(output?.cause).toBe(command?.id);
+    expect(output?.type === 'command_output' && output.data.output).toBe('tether\n');
+  });
+
+  it('refuses an illegal state change with the current state and stores nothing', async () => {
+    const log = memoryEventLog();
+    const m = manager(log);
+    const { conversation_id: id } = await m.create('local', defaults);
+    await settle(m, id);
+    const before = (await allEvents(log, id)).length;
+    const attempt = m.act(id, 'local', { type: 'change_agent_state', state: 'finished' });
+    await expect(attempt).rejects.toBeInstanceOf(IllegalTransitionError);
+    await expect(attempt).rejects.toThrow(/awaiting_user_input/);
+    expect(await allEvents(log, id)).toHaveLength(before);
+  });
+
+  it('stores an action retried with the same client_id once', async () => {
+    const log = memoryEventLog();
+    const m = manager(log);
+    const { conversation_id: id } = await m.create('local', defaults);
+    await settle(m, id);
+    const first = await m.act(id, 'local', { type: 'message', content: 'once' }, 'client-1');
+    await settle(m, id);
+    const settled = await allEvents(log, id);
+    const again = await m.act(id, 'local', { type: 'message', content: 'once' }, 'client-1');
+    expect(again).toEqual({ seq: first.seq, duplicate: true });
+    // Not applied again either: no new state change, no second reply.
+    expect((await m.session(id, 'local')).state).toBe('awaiting_user_input');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(await allEvents(log, id)).toEqual(settled);
+    const messages = (await allEvents(log, id)).filter((e) => e.type === 'message' && e.source === 'user');
+    expect(messages).toHaveLength(1);
+  });
+
+  it('brings a conversation back from its log in a new process and continues with dense ids', async () => {
+    const log = memoryEventLog();
+    const conversations = memoryConversationStore();
+    const first = manager(log, conversations);
+    const { conversation_id: id } = await first.create('local', { ...defaults, initial_message: 'one' });
+    await settle(first, id);
+    const stored = await allEvents(log, id);
+    await first.shutdown();
+
+    const second = manager(log, conversations);
+    const info = await second.info(id, 'local');
+    expect(info).toMatchObject({ state: 'awaiting_user_input', in_memory: false, last_seq: stored.length });
+    await second.act(id, 'local', { type: 'message', content: 'two' });
+    await settle(second, id);
+    const events = await allEvents(log, id);
+    expect(events.length).toBeGreaterThan(stored.length);
+    expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i));
+  });
+
+  it('stops writing when another writer appended to the same conversation', async () => {
+    const log = memoryEventLog();
+    const conversations = memoryConversationStore();
+    const a = manager(log, conversations);
+    const { conversation_id: id } = await a.create('local', defaults);
+    await settle(a, id);
+    const b = manager(log, conversations);
+    await b.act(id, 'local', { type: 'message', content: 'from b' });
+    await expect(a.act(id, 'local', { type: 'message', content: 'from a' })).rejects.toBeInstanceOf(SessionClosedError);
+    const texts = (await allEvents(log, id)).flatMap((e) => (e.type === 'message' && e.source === 'user' ? [e.data.content] : []));
+    expect(texts).toEqual(['from b']);
+  });
+
+  it('hides a conversation from another user as if it did not exist', async () => {
+    const m = manager();
+    const { conversation_id: id } = await m.create('alice', defaults);
+    await expect(m.info(id, 'bob')).rejects.toBeInstanceOf(ConversationNotFoundError);
+    await expect(m.act(id, 'bob', { type: 'message', content: 'hi' })).rejects.toBeInstanceOf(ConversationNotFoundError);
+    expect(await m.list('bob')).toEqual([]);
+    expect((await m.list('alice')).map((c) => c.conversation_id)).toEqual([id]);
+  });
+
+  it('reports a command as interrupted, not run again, when the process died while it ran', async () => {
+    const log = memoryEventLog();
+    const conversations = memoryConversationStore();
+    let runs = 0;
+    const hanging = new SessionManager({
+      log,
+      conversations,
+      runtimes: memoryRuntimeProvider(() => {
+        runs += 1;
+        return new Promise(() => {});
+      }),
+      agentFor: () => scriptedAgent(),
+    });
+    const { conversation_id: id } = await hanging.create('local', defaults);
+    await settle(hanging, id);
+    await hanging.act(id, 'local', { type: 'run', command: 'sleep 100' });
+    expect(runs).toBe(1);
+    // The process "dies": a new manager on the same log, the old one never finishes.
+    const revived = manager(log, conversations);
+    await revived.session(id, 'local');
+    await settle(revived, id);
+    const output = (await allEvents(log, id)).find((e) => e.type === 'command_output');
+    expect(output?.type === 'command_output' && output.data.output).toMatch(/interrupted/);
+    expect(runs).toBe(1);
+  });
+});
