@@ -205,12 +205,17 @@ export class Session {
   }
 
   #stamp(event: NewEvent, id: number): StoredEvent {
+    const { source, type, cause, data } = event;
+    // Envelope first, so the stored JSON reads in the order of the contract.
     return {
-      ...event,
       v: EVENT_VERSION,
       id,
       conversation_id: this.conversationId,
       ts: this.#deps.clock().toISOString(),
+      source,
+      type,
+      ...(cause !== undefined && { cause }),
+      data,
     } as StoredEvent;
   }
 
