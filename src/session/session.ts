@@ -136,7 +136,11 @@ export class Session {
     const before = this.#actor?.getSnapshot();
     let derived: StoredEvent | null = null;
     if (machineEvent && before) {
-      if (!before.can(machineEvent)) throw new IllegalTransitionError(describe(machineEvent), agentStateOf(before));
+      if (!before.can(machineEvent)) {
+        const duplicate = msgId === undefined ? null : await this.#probeDuplicate(input, msgId);
+        if (duplicate) return duplicate;
+        throw new IllegalTransitionError(describe(machineEvent), agentStateOf(before));
+      }
       derived = this.#stateFact(before, transition(this.#machine, before, machineEvent)[0], input.id);
     }
     const first = await this.#append(input, msgId);
@@ -182,6 +186,22 @@ export class Session {
       this.#markClosed(reason);
       this.#deps.logger.error('append failed; session closed', { conversation_id: this.conversationId, ...errorFields(err) });
       throw err instanceof VersionConflictError ? new SessionClosedError(this.conversationId, reason, { cause: err }) : err;
+    }
+  }
+
+  /**
+   * A retried action may be refused by the state its first attempt produced.
+   * Ask the log whether the msgId was stored: JetStream checks dedupe before
+   * the expected sequence, so an append expecting an impossible sequence
+   * answers a duplicate with its original seq and stores nothing otherwise.
+   */
+  async #probeDuplicate(event: StoredEvent, msgId: string): Promise<SubmitResult | null> {
+    try {
+      const result = await this.#deps.log.append(event, { expectedLastSeq: Number.MAX_SAFE_INTEGER, msgId });
+      return result.duplicate ? result : null;
+    } catch (err) {
+      if (err instanceof VersionConflictError) return null;
+      throw err;
     }
   }
 

@@ -121,8 +121,8 @@ export class SessionManager {
       await session.reconnectRuntime();
       return { seq: session.lastSeq, duplicate: false };
     }
-    const msgId = clientId === undefined ? undefined : `${conversationId}.${clientId}`;
-    return session.submit(proposalFor(action), msgId);
+    // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
+    return session.submit(proposalFor(action), clientId);
   }
 
   async delete(conversationId: string, user: string): Promise<void> {

@@ -15,7 +15,11 @@ export class VersionConflictError extends TetherError {
   }
 }
 
-/** The store could not be reached or did not answer in time. Nothing was written. */
+/**
+ * The store could not be reached or did not answer in time. A write may or may
+ * not have been stored (the acknowledgement can be what was lost): retry it with
+ * the same msgId to store it exactly once.
+ */
 export class StoreUnavailableError extends TetherError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('STORE_UNAVAILABLE', message, options);

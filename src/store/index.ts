@@ -1,0 +1,40 @@
+// The store's public surface. Only src/store imports @nats-io/*; callers get
+// the NatsConnection type from here.
+export type { NatsConnection } from '@nats-io/transport-node';
+
+export type {
+  AppendOptions,
+  AppendResult,
+  EventLog,
+  EventTail,
+  ReadOptions,
+  ReadPage,
+} from './eventLog.ts';
+export { ConversationRecord, type ConversationStore } from './conversationStore.ts';
+export { StoreUnavailableError, VersionConflictError } from './errors.ts';
+
+export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
+export {
+  connectNats,
+  ensureEventStream,
+  subjectFor,
+  DEFAULT_STREAM,
+  DEFAULT_SUBJECT_PREFIX,
+  type ConnectNatsOptions,
+  type EventStreamOptions,
+} from './natsConnection.ts';
+export { JetStreamEventLog, jetStreamEventLog, type JetStreamEventLogOptions } from './jetStreamEventLog.ts';
+export { MemoryEventLog, memoryEventLog, type MemoryEventLogOptions } from './memoryEventLog.ts';
+export {
+  KvConversationStore,
+  kvConversationStore,
+  DEFAULT_CONVERSATION_BUCKET,
+  type KvConversationStoreOptions,
+} from './kvConversationStore.ts';
+export { MemoryConversationStore, memoryConversationStore } from './memoryConversationStore.ts';
+export {
+  startEmbeddedNats,
+  type EmbeddedNats,
+  type EmbeddedNatsExit,
+  type EmbeddedNatsOptions,
+} from './embeddedNats.ts';

@@ -1,0 +1,172 @@
+import type { NatsConnection } from '@nats-io/transport-node';
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  jetstream,
+  jetstreamManager,
+  type Consumer,
+  type JetStreamClient,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
+import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
+import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
+import { VersionConflictError } from './errors.ts';
+import { readRange, scopedMsgId } from './eventLogRules.ts';
+import { JetStreamTail, toLoggedEvent } from './jetStreamTail.ts';
+import { DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, ensureEventStream, subjectFor } from './natsConnection.ts';
+import { toStoreError } from './natsErrors.ts';
+
+export interface JetStreamEventLogOptions {
+  /** Stream name (default `TETHER_EVENTS`). */
+  stream?: string;
+  /** Subjects are `<subjectPrefix>.<conversationId>.events` (default `tether.conv`). */
+  subjectPrefix?: string;
+}
+
+/** Messages asked for in one pull; larger reads pull again. */
+const MAX_PULL = 10_000;
+/** A pull that delivers nothing for this long means the subject was purged under us. */
+const PULL_EXPIRES_MS = 10_000;
+/** Read consumers are deleted after use; this only bounds a leak if the delete is lost. */
+const READ_CONSUMER_IDLE_MS = 60_000;
+
+// Both codes mean "the subject moved past the expected sequence"; 10164 is how
+// newer servers say it when they cannot tell the actual last sequence.
+const CONFLICT_CODES: ReadonlySet<number> = new Set([
+  JetStreamApiCodes.StreamWrongLastSequence,
+  JetStreamApiCodes.StreamWrongLastSequenceUnknown,
+]);
+
+/**
+ * The event log on NATS JetStream: one stream, one subject per conversation,
+ * the stream sequence as the event's position.
+ *
+ * The single-writer check is JetStream's expected last subject sequence, sent
+ * on every append. nats-server 2.9.10 enforces it for 0 too (an append
+ * expecting an empty conversation fails once the subject has a message), so no
+ * emulation is needed. Retries dedupe on `Nats-Msg-Id` (the caller's msgId,
+ * scoped by conversation) within the stream's 2 minute duplicate window; the
+ * server decides dedupe before the expected-sequence check, so a retry returns
+ * the original sequence even after the log moved on. A purge does not clear
+ * the window. Past the window a retry is a new append and meets the check.
+ */
+export class JetStreamEventLog implements EventLog {
+  readonly stream: string;
+  readonly subjectPrefix: string;
+  readonly #js: JetStreamClient;
+  readonly #jsm: JetStreamManager;
+
+  constructor(nc: NatsConnection, jsm: JetStreamManager, options: JetStreamEventLogOptions = {}) {
+    this.stream = options.stream ?? DEFAULT_STREAM;
+    this.subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
+    this.#js = jetstream(nc);
+    this.#jsm = jsm;
+  }
+
+  async append(event: StoredEvent, options: AppendOptions): Promise<AppendResult> {
+    const conversationId = event.conversation_id;
+    const subject = subjectFor(this.subjectPrefix, conversationId);
+    const { expectedLastSeq, msgId } = options;
+    try {
+      const ack = await this.#js.publish(subject, JSON.stringify(event), {
+        expect: { lastSubjectSequence: expectedLastSeq },
+        ...(msgId === undefined ? {} : { msgID: scopedMsgId(conversationId, msgId) }),
+      });
+      return { seq: ack.seq, duplicate: ack.duplicate };
+    } catch (err) {
+      if (err instanceof JetStreamApiError && CONFLICT_CODES.has(err.code)) {
+        throw new VersionConflictError(conversationId, expectedLastSeq, { cause: err });
+      }
+      throw toStoreError(err, `appending to conversation ${conversationId}`);
+    }
+  }
+
+  async read(conversationId: string, options?: ReadOptions): Promise<ReadPage> {
+    const { afterSeq, limit } = readRange(options);
+    const subject = subjectFor(this.subjectPrefix, conversationId);
+    try {
+      // One direct get answers the common "nothing new" case without a consumer.
+      if ((await this.#lastSeqOn(subject)) <= afterSeq) return { items: [], hasMore: false };
+      const consumer = await this.#js.consumers.get(this.stream, {
+        filter_subjects: subject, // a string: 2.9 has no multi-filter consumers
+        opt_start_seq: afterSeq + 1,
+        inactive_threshold: READ_CONSUMER_IDLE_MS,
+      });
+      try {
+        return await readPage(consumer, limit);
+      } finally {
+        consumer.delete().catch(() => {});
+      }
+    } catch (err) {
+      throw toStoreError(err, `reading conversation ${conversationId}`);
+    }
+  }
+
+  async lastSeq(conversationId: string): Promise<number> {
+    const subject = subjectFor(this.subjectPrefix, conversationId);
+    try {
+      return await this.#lastSeqOn(subject);
+    } catch (err) {
+      throw toStoreError(err, `reading the last sequence of conversation ${conversationId}`);
+    }
+  }
+
+  tail(conversationId: string, options: { afterSeq?: number } = {}): EventTail {
+    const { afterSeq } = readRange({ afterSeq: options.afterSeq });
+    const subject = subjectFor(this.subjectPrefix, conversationId);
+    const open = () =>
+      this.#js.consumers.get(this.stream, { filter_subjects: subject, opt_start_seq: afterSeq + 1 });
+    return new JetStreamTail(open, conversationId);
+  }
+
+  async purge(conversationId: string): Promise<void> {
+    const subject = subjectFor(this.subjectPrefix, conversationId);
+    try {
+      await this.#jsm.streams.purge(this.stream, { filter: subject });
+    } catch (err) {
+      throw toStoreError(err, `purging conversation ${conversationId}`);
+    }
+  }
+
+  async #lastSeqOn(subject: string): Promise<number> {
+    // The client maps the server's "no message found" (404) to null.
+    const last = await this.#jsm.direct.getMessage(this.stream, { last_by_subj: subject });
+    return last === null ? 0 : last.seq;
+  }
+}
+
+/**
+ * Reads from a fresh ordered consumer until the page is full or nothing is
+ * pending. The consumer's creation reply says how many messages match, so the
+ * pull asks for exactly that many and never waits for a timeout.
+ */
+async function readPage(consumer: Consumer, limit: number): Promise<ReadPage> {
+  let pending = (await consumer.info(true)).num_pending;
+  const want = Math.min(limit, pending);
+  const items: LoggedEvent[] = [];
+  while (items.length < want && pending > 0) {
+    const before = items.length;
+    const batch = await consumer.fetch({ max_messages: Math.min(want - before, MAX_PULL), expires: PULL_EXPIRES_MS });
+    for await (const m of batch) {
+      items.push(toLoggedEvent(m));
+      pending = m.info.pending;
+      if (pending === 0 || items.length >= want) break;
+    }
+    if (items.length === before) break;
+  }
+  return { items, hasMore: pending > 0 };
+}
+
+/** Opens the event log on `nc`, creating or updating its stream first. */
+export async function jetStreamEventLog(
+  nc: NatsConnection,
+  options: JetStreamEventLogOptions = {},
+): Promise<JetStreamEventLog> {
+  try {
+    const jsm = await jetstreamManager(nc);
+    await ensureEventStream(jsm, options);
+    return new JetStreamEventLog(nc, jsm, options);
+  } catch (err) {
+    throw toStoreError(err, 'opening the event log');
+  }
+}

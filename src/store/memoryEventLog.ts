@@ -1,0 +1,181 @@
+import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
+import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
+import { assertConversationId } from './assertConversationId.ts';
+import { VersionConflictError } from './errors.ts';
+import { DUPLICATE_WINDOW_MS, readRange, scopedMsgId } from './eventLogRules.ts';
+
+export interface MemoryEventLogOptions {
+  /** Clock for the dedupe window, in milliseconds (default Date.now). */
+  now?: () => number;
+  /** How long a msgId is remembered (default 2 minutes, as the JetStream stream). */
+  duplicateWindowMs?: number;
+}
+
+/** An event as JetStream holds it: its sequence and its bytes. */
+interface StoredMessage {
+  seq: number;
+  json: string;
+}
+
+/**
+ * The in-memory twin of JetStreamEventLog: one sequence counter across all
+ * conversations (like a stream), the same expected-sequence check, msgId dedupe
+ * scoped per conversation and decided before that check, and events kept as
+ * JSON so readers never share objects with writers. It passes the same
+ * contract suite; nothing survives the process.
+ */
+export class MemoryEventLog implements EventLog {
+  readonly #now: () => number;
+  readonly #windowMs: number;
+  readonly #logs = new Map<string, StoredMessage[]>();
+  /** Insertion order is time order: expired entries are pruned from the front. */
+  readonly #seen = new Map<string, { seq: number; at: number }>();
+  readonly #watchers = new Map<string, Set<() => void>>();
+  #lastSeq = 0;
+
+  constructor(options: MemoryEventLogOptions = {}) {
+    this.#now = options.now ?? Date.now;
+    this.#windowMs = options.duplicateWindowMs ?? DUPLICATE_WINDOW_MS;
+  }
+
+  async append(event: StoredEvent, options: AppendOptions): Promise<AppendResult> {
+    const conversationId = event.conversation_id;
+    assertConversationId(conversationId);
+    const now = this.#now();
+    this.#pruneSeen(now);
+    const key = options.msgId === undefined ? undefined : scopedMsgId(conversationId, options.msgId);
+    const seen = key === undefined ? undefined : this.#seen.get(key);
+    if (seen) return { seq: seen.seq, duplicate: true };
+
+    const log = this.#logs.get(conversationId) ?? [];
+    const last = log.at(-1)?.seq ?? 0;
+    if (last !== options.expectedLastSeq) {
+      throw new VersionConflictError(conversationId, options.expectedLastSeq);
+    }
+    const seq = ++this.#lastSeq;
+    log.push({ seq, json: JSON.stringify(event) });
+    this.#logs.set(conversationId, log);
+    if (key !== undefined) this.#seen.set(key, { seq, at: now });
+    for (const wake of this.#watchers.get(conversationId) ?? []) wake();
+    return { seq, duplicate: false };
+  }
+
+  async read(conversationId: string, options?: ReadOptions): Promise<ReadPage> {
+    const { afterSeq, limit } = readRange(options);
+    assertConversationId(conversationId);
+    const log = this.#logs.get(conversationId) ?? [];
+    const start = firstAfter(log, afterSeq);
+    const end = Math.min(log.length, start + limit);
+    return { items: log.slice(start, end).map(toLoggedEvent), hasMore: end < log.length };
+  }
+
+  async lastSeq(conversationId: string): Promise<number> {
+    assertConversationId(conversationId);
+    return this.#logs.get(conversationId)?.at(-1)?.seq ?? 0;
+  }
+
+  tail(conversationId: string, options: { afterSeq?: number } = {}): EventTail {
+    const { afterSeq } = readRange({ afterSeq: options.afterSeq });
+    assertConversationId(conversationId);
+    return new MemoryTail(afterSeq, {
+      next: (seq) => {
+        const log = this.#logs.get(conversationId) ?? [];
+        return log[firstAfter(log, seq)];
+      },
+      watch: (wake) => {
+        const watchers = this.#watchers.get(conversationId) ?? new Set();
+        watchers.add(wake);
+        this.#watchers.set(conversationId, watchers);
+        return () => watchers.delete(wake);
+      },
+    });
+  }
+
+  async purge(conversationId: string): Promise<void> {
+    assertConversationId(conversationId);
+    // Like a subject purge: the stream sequence and the dedupe window stay.
+    this.#logs.delete(conversationId);
+  }
+
+  #pruneSeen(now: number): void {
+    for (const [key, { at }] of this.#seen) {
+      if (now - at < this.#windowMs) return;
+      this.#seen.delete(key);
+    }
+  }
+}
+
+interface TailSource {
+  next(afterSeq: number): StoredMessage | undefined;
+  watch(wake: () => void): () => void;
+}
+
+class MemoryTail implements EventTail, AsyncIterator<LoggedEvent> {
+  readonly #pending = new Set<() => void>();
+  readonly #unwatch: () => void;
+  #cursor: number;
+  #stopped = false;
+
+  constructor(
+    afterSeq: number,
+    private readonly source: TailSource,
+  ) {
+    this.#cursor = afterSeq;
+    this.#unwatch = source.watch(() => this.#wakeAll());
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<LoggedEvent> {
+    return this;
+  }
+
+  async next(): Promise<IteratorResult<LoggedEvent, undefined>> {
+    while (!this.#stopped) {
+      const message = this.source.next(this.#cursor);
+      if (message) {
+        this.#cursor = message.seq;
+        return { done: false, value: toLoggedEvent(message) };
+      }
+      await new Promise<void>((resolve) => this.#pending.add(resolve));
+    }
+    return { done: true, value: undefined };
+  }
+
+  async return(): Promise<IteratorResult<LoggedEvent, undefined>> {
+    await this.stop();
+    return { done: true, value: undefined };
+  }
+
+  async stop(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#unwatch();
+    this.#wakeAll();
+  }
+
+  #wakeAll(): void {
+    const pending = [...this.#pending];
+    this.#pending.clear();
+    for (const resolve of pending) resolve();
+  }
+}
+
+function toLoggedEvent(message: StoredMessage): LoggedEvent {
+  return { seq: message.seq, event: JSON.parse(message.json) as StoredEvent };
+}
+
+/** Index of the first message with a sequence above `seq` (the log is sorted). */
+function firstAfter(log: readonly StoredMessage[], seq: number): number {
+  let low = 0;
+  let high = log.length;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if ((log[mid]?.seq ?? 0) <= seq) low = mid + 1;
+    else high = mid;
+  }
+  return low;
+}
+
+/** A fresh in-memory event log (tests, and runs without NATS). */
+export function memoryEventLog(options?: MemoryEventLogOptions): MemoryEventLog {
+  return new MemoryEventLog(options);
+}

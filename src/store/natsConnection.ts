@@ -1,0 +1,98 @@
+import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
+import {
+  DiscardPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamManager,
+  type StreamConfig,
+  type StreamInfo,
+} from '@nats-io/jetstream';
+import { assertConversationId } from './assertConversationId.ts';
+import { StoreUnavailableError } from './errors.ts';
+import { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
+
+export const DEFAULT_STREAM = 'TETHER_EVENTS';
+export const DEFAULT_SUBJECT_PREFIX = 'tether.conv';
+
+export interface ConnectNatsOptions {
+  /** Connection name, shown by `nats server report connections`. */
+  name: string;
+  /**
+   * Keep retrying when the first connection fails (default false: fail fast, so
+   * a wrong NATS_URL is reported at start instead of hanging).
+   */
+  waitOnFirstConnect?: boolean;
+}
+
+/**
+ * Connects to NATS. Once connected the client reconnects forever: a restarted
+ * nats-server must not end a long-lived session server. Requests made while
+ * disconnected time out and surface as StoreUnavailableError.
+ */
+export async function connectNats(url: string, options: ConnectNatsOptions): Promise<NatsConnection> {
+  try {
+    return await connect({
+      servers: url,
+      name: options.name,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 1000,
+      waitOnFirstConnect: options.waitOnFirstConnect ?? false,
+    });
+  } catch (err) {
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new StoreUnavailableError(`cannot connect to NATS at ${url}: ${reason}`, { cause: err });
+  }
+}
+
+/** The subject that holds one conversation's events: `<prefix>.<conversationId>.events`. */
+export function subjectFor(prefix: string, conversationId: string): string {
+  assertConversationId(conversationId);
+  return `${prefix}.${conversationId}.events`;
+}
+
+export interface EventStreamOptions {
+  stream?: string;
+  subjectPrefix?: string;
+}
+
+/**
+ * Creates the event stream, or updates it when its subjects or dedupe settings
+ * drifted. File storage, no limits (the log is the source of truth), direct get
+ * for cheap `lastSeq`. Storage type is not changed on an existing stream.
+ * Only 2.9-compatible settings: no `filter_subjects`, per-message TTL or batches.
+ */
+export async function ensureEventStream(jsm: JetStreamManager, options: EventStreamOptions = {}): Promise<StreamInfo> {
+  const name = options.stream ?? DEFAULT_STREAM;
+  const wanted = {
+    subjects: [`${options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX}.*.events`],
+    allow_direct: true,
+    duplicate_window: nanos(DUPLICATE_WINDOW_MS),
+    discard: DiscardPolicy.Old,
+    max_msgs: -1,
+    max_bytes: -1,
+    max_age: 0,
+    max_msgs_per_subject: -1,
+  } satisfies Partial<StreamConfig>;
+  let existing: StreamInfo | undefined;
+  try {
+    existing = await jsm.streams.info(name);
+  } catch (err) {
+    if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound)) throw err;
+  }
+  if (!existing) {
+    return jsm.streams.add({ name, storage: StorageType.File, retention: RetentionPolicy.Limits, ...wanted });
+  }
+  const current = existing.config;
+  const drifted =
+    current.subjects?.join(' ') !== wanted.subjects.join(' ') ||
+    current.allow_direct !== wanted.allow_direct ||
+    current.duplicate_window !== wanted.duplicate_window ||
+    current.discard !== wanted.discard ||
+    current.max_msgs !== wanted.max_msgs ||
+    current.max_bytes !== wanted.max_bytes ||
+    current.max_age !== wanted.max_age ||
+    current.max_msgs_per_subject !== wanted.max_msgs_per_subject;
+  return drifted ? jsm.streams.update(name, { ...current, ...wanted }) : existing;
+}

@@ -1,0 +1,85 @@
+import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
+import { StoreUnavailableError } from '../../src/store/errors.ts';
+import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
+import type { NatsConnection } from '../../src/store/index.ts';
+import { ensureEventStream } from '../../src/store/natsConnection.ts';
+import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+import { appendMany, eventLogContract, message, newConversationId } from './eventLogContract.ts';
+
+let nc: NatsConnection;
+let jsm: JetStreamManager;
+beforeAll(async () => {
+  nc = await connectTestNats();
+  jsm = await jetstreamManager(nc);
+});
+afterAll(() => nc.close());
+
+async function freshLog() {
+  const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
+  onTestFinished(async () => {
+    await jsm.streams.delete(log.stream);
+  });
+  return log;
+}
+
+eventLogContract('JetStreamEventLog', freshLog);
+
+describe('JetStreamEventLog on nats-server', () => {
+  test('the stream is created with file storage, direct get, a 2 minute dedupe window and the documented subjects', async () => {
+    const log = await freshLog();
+    const { config } = await jsm.streams.info(log.stream);
+    expect(config).toMatchObject({
+      subjects: [`${log.subjectPrefix}.*.events`],
+      storage: StorageType.File,
+      allow_direct: true,
+      duplicate_window: 120_000_000_000,
+      max_msgs: -1,
+      max_bytes: -1,
+      max_age: 0,
+    });
+  });
+
+  test('ensureEventStream brings a stream with drifted subjects back to the documented ones', async () => {
+    const log = await freshLog();
+    await jsm.streams.update(log.stream, { subjects: [`${log.subjectPrefix}.other`] });
+    await ensureEventStream(jsm, { stream: log.stream, subjectPrefix: log.subjectPrefix });
+    expect((await jsm.streams.info(log.stream)).config.subjects).toEqual([`${log.subjectPrefix}.*.events`]);
+  });
+
+  test('events are stored as their JSON on the documented subject', async () => {
+    const log = await freshLog();
+    const c = newConversationId();
+    const [seq] = await appendMany(log, c, 1);
+    const stored = await jsm.streams.getMessage(log.stream, { seq: seq! });
+    expect(stored?.subject).toBe(`${log.subjectPrefix}.${c}.events`);
+    expect(stored?.json()).toEqual(message(c, 0));
+  });
+
+  test('read leaves no consumer behind on the server', async () => {
+    const log = await freshLog();
+    const c = newConversationId();
+    await appendMany(log, c, 3);
+    expect((await log.read(c, { limit: 2 })).items).toHaveLength(2);
+    const deadline = Date.now() + 2_000;
+    let left = await jsm.consumers.list(log.stream).next();
+    while (left.length > 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      left = await jsm.consumers.list(log.stream).next();
+    }
+    expect(left).toEqual([]);
+  });
+
+  test('calls on a closed connection fail with StoreUnavailableError', async () => {
+    const own = await connectTestNats();
+    const log = await jetStreamEventLog(own, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
+    onTestFinished(async () => {
+      await jsm.streams.delete(log.stream);
+    });
+    await own.close();
+    const c = newConversationId();
+    await expect(log.append(message(c, 0), { expectedLastSeq: 0 })).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(log.read(c)).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(log.lastSeq(c)).rejects.toBeInstanceOf(StoreUnavailableError);
+  });
+});

@@ -1,0 +1,23 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestProject } from 'vitest/node';
+import { startEmbeddedNats } from '../../src/store/embeddedNats.ts';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** URL of the nats-server (with JetStream) shared by the whole run. */
+    natsUrl: string;
+  }
+}
+
+/** Starts one nats-server for the run on a temporary store; removes both afterwards. */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'tether-test-nats-'));
+  const nats = await startEmbeddedNats({ dataDir });
+  project.provide('natsUrl', nats.url);
+  return async () => {
+    await nats.stop();
+    await rm(dataDir, { recursive: true, force: true });
+  };
+}

@@ -1,0 +1,29 @@
+// Helpers for *.int.test.ts files: the run's nats-server and names no other test uses.
+import { randomBytes } from 'node:crypto';
+import { inject } from 'vitest';
+import type { NatsConnection } from '../../src/store/index.ts';
+import { connectNats } from '../../src/store/natsConnection.ts';
+
+/** Connects to the nats-server that test/support/globalSetup.ts started. */
+export function connectTestNats(): Promise<NatsConnection> {
+  return connectNats(inject('natsUrl'), { name: 'tether-tests' });
+}
+
+function token(): string {
+  return randomBytes(6).toString('hex');
+}
+
+/** A stream name no other test uses. */
+export function uniqueStreamName(): string {
+  return `TEST_${token().toUpperCase()}`;
+}
+
+/** A subject prefix no other test uses (streams may not share subjects). */
+export function uniqueSubjectPrefix(): string {
+  return `test.${token()}.conv`;
+}
+
+/** A KV bucket name no other test uses. */
+export function uniqueBucketName(): string {
+  return `test_${token()}`;
+}
