@@ -167,3 +167,20 @@ describe('session manager', () => {
     expect(runs).toBe(1);
   });
 });
+
+describe('session manager retries', () => {
+  it('answers a retried state change as a duplicate, not as an illegal transition', async () => {
+    const log = memoryEventLog();
+    const m = manager(log);
+    const { conversation_id: id } = await m.create('local', defaults);
+    await settle(m, id);
+    const first = await m.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-1');
+    const retry = await m.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-1');
+    expect(retry).toEqual({ seq: first.seq, duplicate: true });
+    await expect(m.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-2')).rejects.toBeInstanceOf(
+      IllegalTransitionError,
+    );
+    const stops = (await allEvents(log, id)).filter((e) => e.type === 'change_agent_state');
+    expect(stops).toHaveLength(1);
+  });
+});
