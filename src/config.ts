@@ -12,6 +12,7 @@ export const ConfigSchema = z.object({
   NATS_URL: z.string().min(1).optional(),
   TETHER_MAX_FRAME_BYTES: positiveInt.default(1_048_576),
   TETHER_MAX_BODY_BYTES: positiveInt.default(10_485_760),
+  TETHER_MAX_PENDING_BYTES: positiveInt.default(8_388_608),
   TETHER_COMMAND_TIMEOUT_MS: positiveInt.default(30_000),
   TETHER_OUTPUT_CAP_BYTES: positiveInt.default(65_536),
   TETHER_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
@@ -24,6 +25,7 @@ export interface Config {
   natsUrl: string | undefined;
   maxFrameBytes: number;
   maxBodyBytes: number;
+  maxPendingBytes: number;
   commandTimeoutMs: number;
   outputCapBytes: number;
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
@@ -49,6 +51,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     natsUrl: c.NATS_URL,
     maxFrameBytes: c.TETHER_MAX_FRAME_BYTES,
     maxBodyBytes: c.TETHER_MAX_BODY_BYTES,
+    maxPendingBytes: c.TETHER_MAX_PENDING_BYTES,
     commandTimeoutMs: c.TETHER_COMMAND_TIMEOUT_MS,
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,

@@ -50,7 +50,13 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     logger,
     commandTimeoutMs: config.commandTimeoutMs,
   });
-  const server = tetherServer({ manager, logger, maxFrameBytes: config.maxFrameBytes, maxBodyBytes: config.maxBodyBytes });
+  const server = tetherServer({
+    manager,
+    logger,
+    maxFrameBytes: config.maxFrameBytes,
+    maxBodyBytes: config.maxBodyBytes,
+    maxPendingBytes: config.maxPendingBytes,
+  });
   const address = await server.listen(config.port, config.host);
   const base = `http://${address.address}:${address.port}`;
   logger.info('tether listening', { url: base, ws: `ws://${address.address}:${address.port}/ws`, nats: natsUrl });

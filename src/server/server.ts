@@ -10,6 +10,7 @@ export interface TetherServerOptions {
   logger: Logger;
   maxFrameBytes: number;
   maxBodyBytes: number;
+  maxPendingBytes?: number;
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
   authenticate?: (req: IncomingMessage, url: URL) => string | null;
 }

@@ -20,12 +20,15 @@ export interface WsGatewayOptions {
   manager: SessionManager;
   logger: Logger;
   maxFrameBytes: number;
+  /** Bytes queued for one client beyond which it is closed with 1013 (default 8 MiB). */
+  maxPendingBytes?: number;
   authenticate: (req: IncomingMessage, url: URL) => string | null;
   /** Events per history page sent while a client catches up. */
   replayPageSize?: number;
 }
 
 const CLIENT_FRAME_TYPES = new Set(['user_action', 'ping']);
+const DEFAULT_MAX_PENDING_BYTES = 8 * 1024 * 1024;
 
 /** One serialisation per stored event, however many clients receive it. */
 const frameText = new WeakMap<LoggedEvent, string>();
@@ -106,10 +109,17 @@ export class WsGateway {
     // stored meanwhile is either in the history read or in the buffer.
     let cursor = afterSeq;
     let buffer: LoggedEvent[] | null = [];
+    const maxPending = this.#options.maxPendingBytes ?? DEFAULT_MAX_PENDING_BYTES;
     const sendEvent = (logged: LoggedEvent) => {
-      if (logged.seq <= cursor) return;
+      if (logged.seq <= cursor || ws.readyState !== ws.OPEN) return;
       cursor = logged.seq;
       ws.send(eventFrame(logged));
+      // A client that stops reading must not make the server buffer without bound.
+      // It reconnects with its cursor and loses nothing.
+      if (ws.bufferedAmount > maxPending) {
+        unsubscribe?.();
+        ws.close(CLOSE.slowConsumer, 'slow consumer: reconnect with your cursor');
+      }
     };
     unsubscribe = manager.subscribe(conversationId, {
       event: (logged) => (buffer ? buffer.push(logged) : sendEvent(logged)),
@@ -117,11 +127,21 @@ export class WsGateway {
     });
     const throughSeq = session.lastSeq;
     send(ws, { type: 'sync', conversation_id: conversationId, through_seq: throughSeq, state: session.state });
-    const pageSize = this.#options.replayPageSize ?? 500;
-    while (cursor < throughSeq && ws.readyState === ws.OPEN) {
+    // History is sent at the pace the client reads it: wait for the socket to
+    // drain instead of treating a reading client as slow.
+    const pageSize = this.#options.replayPageSize ?? 100;
+    let replaying = true;
+    while (replaying && cursor < throughSeq && ws.readyState === ws.OPEN) {
       const page = await manager.events(conversationId, user, { afterSeq: cursor, limit: pageSize });
-      for (const logged of page.items) if (logged.seq <= throughSeq) sendEvent(logged);
-      if (!page.hasMore || page.items.length === 0) break;
+      for (const logged of page.items) {
+        if (logged.seq > throughSeq) break;
+        if (ws.bufferedAmount > maxPending / 2 && !(await drained(ws, maxPending / 4))) {
+          ws.close(CLOSE.slowConsumer, 'slow consumer: reconnect with your cursor');
+          return;
+        }
+        sendEvent(logged);
+      }
+      replaying = page.hasMore && page.items.length > 0;
     }
     const buffered = buffer;
     buffer = null;
@@ -168,6 +188,24 @@ export class WsGateway {
     const parsed = ClientFrame.safeParse(value);
     return parsed.success ? parsed.data : fail('BAD_FRAME', formatZodError(parsed.error));
   }
+}
+
+const DRAIN_STALL_MS = 30_000;
+
+/** Waits until at most `low` bytes are queued; false when the socket closed or made no progress for 30 s. */
+async function drained(ws: WebSocket, low: number): Promise<boolean> {
+  let last = ws.bufferedAmount;
+  let progressAt = Date.now();
+  while (ws.readyState === ws.OPEN && ws.bufferedAmount > low) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    if (ws.bufferedAmount < last) {
+      last = ws.bufferedAmount;
+      progressAt = Date.now();
+    } else if (Date.now() - progressAt > DRAIN_STALL_MS) {
+      return false;
+    }
+  }
+  return ws.readyState === ws.OPEN;
 }
 
 function send(ws: WebSocket, frame: ServerFrame): void {
