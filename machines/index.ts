@@ -7,6 +7,7 @@ export {
   type SessionContext,
   type SessionInput,
   type PendingCommand,
+  type Deadline,
 } from './sessionMachine.ts';
 export { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
-export { foldEvents, type Fold } from './fold.ts';
+export { foldEvents, inputFrom, type Fold, type FoldStep, type FoldOptions } from './fold.ts';

@@ -3,11 +3,15 @@ import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 
 /** Bump when a change makes old persisted snapshots unsafe to restore. */
-export const SESSION_MACHINE_VERSION = 1;
+export const SESSION_MACHINE_VERSION = 2;
 
 export interface SessionInput {
   conversationId: string;
+  user: string;
   maxIterations: number;
+  confirmationMode: boolean;
+  /** Epoch ms by which the session must have started, or null for no limit. */
+  startDeadline: number | null;
 }
 
 export interface PendingCommand {
@@ -16,9 +20,17 @@ export interface PendingCommand {
   command: string;
 }
 
+/** A deadline is data, so it survives snapshots and is armed again after rehydration. */
+export interface Deadline {
+  name: 'start' | 'retry';
+  at: number;
+}
+
 export interface SessionContext {
   conversationId: string;
+  user: string;
   maxIterations: number;
+  confirmationMode: boolean;
   /** Agent steps taken so far. */
   iterations: number;
   /** A user message the agent has not been asked about yet. */
@@ -28,23 +40,34 @@ export interface SessionContext {
   pendingCommand: PendingCommand | null;
   /** Why the agent is in error, when it is. */
   error: string | null;
-  /** The runtime's last reported status. */
   runtime: RuntimeStatus;
+  deadline: Deadline | null;
+  /** The agent state to come back to, while passivated. */
+  resumeState: AgentState | null;
 }
 
-const AGENT_STATE_TAGS = {
-  loading: ['loading'],
-  running: ['running'],
-  awaiting: ['awaiting_user_input'],
-  stopped: ['stopped'],
-  finished: ['finished'],
-  error: ['error'],
-} as const satisfies Record<string, readonly AgentState[]>;
+const wants = (state: AgentState) => ({ type: 'wants', params: { state } }) as const;
+const resumesIn = (state: AgentState) => ({ type: 'resumesIn', params: { state } }) as const;
+
+/** What a waiting agent does with a user's message or command. */
+const startsWork = {
+  'user.message': { target: '#session.active.running', actions: 'markUnread' },
+  'user.run': { target: '#session.active.running.executing', actions: 'queueUserCommand' },
+} as const;
+const stops = { guard: wants('stopped'), target: '#session.active.stopped', actions: 'clearCommand' } as const;
+const recordsLateOutput = { guard: 'answersPendingCommand', actions: 'clearCommand' } as const;
+/** Leaving memory keeps the agent state to come back to; never with a command still out. */
+const passivates = (state: AgentState) =>
+  ({
+    guard: 'hasNoPendingCommand',
+    target: '#session.passivated',
+    actions: { type: 'rememberState', params: { state } },
+  }) as const;
 
 /**
  * The lifecycle of one conversation. Pure: effects are named actions that the
  * host provides (`startRuntime`, `askAgent`, `runCommand`); their results come
- * back as events, after they are stored.
+ * back as events, after they are stored. See docs/statecharts.md.
  */
 export const sessionMachine = setup({
   types: {
@@ -59,7 +82,10 @@ export const sessionMachine = setup({
     runCommand: () => {},
     markUnread: assign({ unreadMessage: true }),
     runtimeStarting: assign({ runtime: 'starting' as const }),
+    runtimeConnecting: assign({ runtime: 'connecting' as const }),
+    runtimeSettingUp: assign({ runtime: 'setting_up' as const }),
     runtimeConnected: assign({ runtime: 'connected' as const }),
+    runtimeStopped: assign({ runtime: 'stopped' as const }),
     runtimeLost: assign({ runtime: 'disconnected' as const }),
     beginStep: assign({
       iterations: ({ context }) => context.iterations + 1,
@@ -82,76 +108,116 @@ export const sessionMachine = setup({
     recordFailure: assign({
       error: ({ event }) => ('reason' in event ? event.reason : 'unknown error'),
       stepCause: null,
+      deadline: null,
     }),
     recordIterationLimit: assign({
       error: ({ context }) => `the agent reached its limit of ${context.maxIterations} iterations`,
     }),
+    waitForRetry: assign({
+      deadline: ({ event }) => (event.type === 'agent.rate_limited' ? { name: 'retry' as const, at: event.retryAt } : null),
+      error: ({ event }) => ('reason' in event ? event.reason : null),
+      stepCause: null,
+    }),
+    clearDeadline: assign({ deadline: null }),
+    rememberState: assign((_, params: { state: AgentState }) => ({ resumeState: params.state })),
+    forgetState: assign({ resumeState: null }),
   },
   guards: {
     hasUnreadMessage: ({ context }) => context.unreadMessage,
     hasIterationsLeft: ({ context }) => context.iterations < context.maxIterations,
+    hasPendingCommand: ({ context }) => context.pendingCommand !== null,
+    hasNoPendingCommand: ({ context }) => context.pendingCommand === null,
     answersCurrentStep: ({ context, event }) =>
       'cause' in event && context.stepCause !== null && event.cause === context.stepCause,
     answersPendingCommand: ({ context, event }) =>
       'cause' in event && context.pendingCommand !== null && event.cause === context.pendingCommand.eventId,
     pendingCommandWasAgents: ({ context }) => context.pendingCommand?.source === 'agent',
-    asksToStop: ({ event }) => event.type === 'user.change_state' && event.state === 'stopped',
+    needsConfirmation: ({ context, event }) => context.confirmationMode && event.type === 'agent.run' && event.risky,
+    deadlinePassed: ({ context, event }) =>
+      event.type === 'deadline.passed' && context.deadline?.name === event.name && event.at >= context.deadline.at,
+    wants: ({ event }, params: { state: AgentState }) => event.type === 'user.change_state' && event.state === params.state,
+    resumesIn: ({ context }, params: { state: AgentState }) => context.resumeState === params.state,
   },
 }).createMachine({
   id: 'session',
   description: 'One conversation: its runtime and its agent loop, driven by stored events only.',
   context: ({ input }) => ({
-    conversationId: input.conversationId,
-    maxIterations: input.maxIterations,
+    ...input,
     iterations: 0,
     unreadMessage: false,
     stepCause: null,
     pendingCommand: null,
     error: null,
     runtime: 'stopped',
+    deadline: input.startDeadline === null ? null : { name: 'start', at: input.startDeadline },
+    resumeState: null,
   }),
   initial: 'starting',
   states: {
     starting: {
-      description: 'The runtime is being created; user messages wait for it.',
-      tags: AGENT_STATE_TAGS.loading,
+      description: 'The runtime is created, answers, and its workspace is set up; user messages wait.',
+      tags: ['loading'],
       entry: 'startRuntime',
+      initial: 'creating',
+      states: {
+        creating: {
+          description: 'The runtime is being created.',
+          on: { 'runtime.connecting': { target: 'connecting', actions: 'runtimeConnecting' } },
+        },
+        connecting: {
+          description: 'Waiting for the new runtime to answer.',
+          on: { 'runtime.setting_up': { target: 'setting_up', actions: 'runtimeSettingUp' } },
+        },
+        setting_up: { description: 'The workspace is being set up.' },
+      },
       on: {
         'runtime.starting': { actions: 'runtimeStarting' },
         'runtime.connected': [
-          { guard: 'hasUnreadMessage', target: 'active.running', actions: 'runtimeConnected' },
-          { target: 'active.awaiting_user_input', actions: 'runtimeConnected' },
+          { guard: 'hasUnreadMessage', target: 'active.running', actions: ['runtimeConnected', 'clearDeadline'] },
+          { target: 'active.awaiting_user_input', actions: ['runtimeConnected', 'clearDeadline'] },
         ],
         'runtime.disconnected': { target: 'active.error', actions: ['runtimeLost', 'recordFailure'] },
         'user.message': { actions: 'markUnread' },
+        'deadline.passed': { guard: 'deadlinePassed', target: 'active.error', actions: 'recordFailure' },
+        'session.rehydrate': { actions: 'forgetState' },
+        'session.close': { target: 'closed' },
       },
     },
     active: {
-      description: 'The runtime is up; the agent loop runs or waits.',
+      description: 'The session is in memory; the agent works or waits.',
       initial: 'awaiting_user_input',
       on: {
         'runtime.starting': { actions: 'runtimeStarting' },
+        'runtime.connecting': { actions: 'runtimeConnecting' },
+        'runtime.setting_up': { actions: 'runtimeSettingUp' },
         'runtime.connected': { actions: 'runtimeConnected' },
+        'runtime.stopped': { actions: 'runtimeStopped' },
         'runtime.disconnected': { target: '.error', actions: ['runtimeLost', 'recordFailure'] },
+        'session.rehydrate': { actions: 'forgetState' },
+        'session.close': { target: 'closed' },
       },
       states: {
         awaiting_user_input: {
           description: 'The agent waits for the user.',
-          tags: AGENT_STATE_TAGS.awaiting,
+          tags: ['awaiting_user_input'],
           on: {
-            'user.message': { target: 'running', actions: 'markUnread' },
-            'user.run': { target: 'running.executing', actions: 'queueUserCommand' },
-            'user.change_state': { guard: 'asksToStop', target: 'stopped' },
-            'command.finished': { guard: 'answersPendingCommand', actions: 'clearCommand' },
+            ...startsWork,
+            'user.change_state': stops,
+            'command.finished': recordsLateOutput,
+            'session.passivate': passivates('awaiting_user_input'),
           },
         },
         running: {
           description: 'The agent is working: thinking about its next action or running a command.',
-          tags: AGENT_STATE_TAGS.running,
+          tags: ['running'],
           initial: 'next',
           on: {
             'user.message': { actions: 'markUnread' },
-            'user.change_state': { guard: 'asksToStop', target: 'stopped' },
+            'user.change_state': [
+              { guard: wants('stopped'), target: 'stopped' },
+              { guard: wants('paused'), target: 'paused' },
+            ],
+            'session.passivate': passivates('running'),
           },
           states: {
             next: {
@@ -169,9 +235,21 @@ export const sessionMachine = setup({
                   { guard: and(['answersCurrentStep', 'hasUnreadMessage']), target: 'next', actions: 'endStep' },
                   { guard: 'answersCurrentStep', target: '#session.active.awaiting_user_input', actions: 'endStep' },
                 ],
-                'agent.run': { guard: 'answersCurrentStep', target: 'executing', actions: 'queueAgentCommand' },
+                'agent.run': [
+                  {
+                    guard: and(['answersCurrentStep', 'needsConfirmation']),
+                    target: '#session.active.awaiting_user_confirmation',
+                    actions: 'queueAgentCommand',
+                  },
+                  { guard: 'answersCurrentStep', target: 'executing', actions: 'queueAgentCommand' },
+                ],
                 'agent.finish': { guard: 'answersCurrentStep', target: '#session.active.finished', actions: 'endStep' },
                 'agent.failed': { guard: 'answersCurrentStep', target: '#session.active.error', actions: 'recordFailure' },
+                'agent.rate_limited': {
+                  guard: 'answersCurrentStep',
+                  target: '#session.active.rate_limited',
+                  actions: 'waitForRetry',
+                },
               },
             },
             executing: {
@@ -180,42 +258,103 @@ export const sessionMachine = setup({
               on: {
                 'command.finished': [
                   { guard: 'pendingCommandWasAgents', target: 'next', actions: 'clearCommand' },
+                  { guard: 'hasUnreadMessage', target: 'next', actions: 'clearCommand' },
                   { target: '#session.active.awaiting_user_input', actions: 'clearCommand' },
                 ],
               },
             },
           },
         },
-        stopped: {
-          description: 'A user stopped the agent. A new message or command starts it again.',
-          tags: AGENT_STATE_TAGS.stopped,
+        paused: {
+          description: 'A user paused the agent; a command already running finishes. Resuming continues the task.',
+          tags: ['paused'],
           entry: 'endStep',
           on: {
-            'user.message': { target: 'running', actions: 'markUnread' },
-            'user.run': { target: 'running.executing', actions: 'queueUserCommand' },
-            'command.finished': { guard: 'answersPendingCommand', actions: 'clearCommand' },
+            'user.message': { actions: 'markUnread' },
+            'user.change_state': [
+              { guard: and([wants('running'), 'hasPendingCommand']), target: 'running.executing' },
+              { guard: wants('running'), target: 'running' },
+              stops,
+            ],
+            'command.finished': recordsLateOutput,
+            'session.passivate': passivates('paused'),
           },
+        },
+        stopped: {
+          description: 'A user stopped the agent. A new message or command starts it again.',
+          tags: ['stopped'],
+          entry: ['endStep', 'clearDeadline'],
+          on: { ...startsWork, 'command.finished': recordsLateOutput, 'session.passivate': passivates('stopped') },
         },
         finished: {
           description: 'The agent says its task is done. A new message starts a new task.',
-          tags: AGENT_STATE_TAGS.finished,
-          on: {
-            'user.message': { target: 'running', actions: 'markUnread' },
-            'user.run': { target: 'running.executing', actions: 'queueUserCommand' },
-            'user.change_state': { guard: 'asksToStop', target: 'stopped' },
-          },
+          tags: ['finished'],
+          on: { ...startsWork, 'user.change_state': stops, 'session.passivate': passivates('finished') },
+        },
+        rejected: {
+          description: 'The user rejected the action the agent asked to confirm; it did not run.',
+          tags: ['rejected'],
+          on: { ...startsWork, 'user.change_state': stops, 'session.passivate': passivates('rejected') },
         },
         error: {
           description: 'Something failed; `context.error` says what. A new message or command tries again.',
-          tags: AGENT_STATE_TAGS.error,
+          tags: ['error'],
           on: {
-            'user.message': { target: 'running', actions: 'markUnread' },
-            'user.run': { target: 'running.executing', actions: 'queueUserCommand' },
-            'user.change_state': { guard: 'asksToStop', target: 'stopped' },
-            'command.finished': { guard: 'answersPendingCommand', actions: 'clearCommand' },
+            ...startsWork,
+            'user.change_state': stops,
+            'command.finished': recordsLateOutput,
+            'session.passivate': passivates('error'),
+          },
+        },
+        awaiting_user_confirmation: {
+          description: 'Confirmation mode: a risky command waits for the user to confirm or reject it.',
+          tags: ['awaiting_user_confirmation'],
+          on: {
+            'user.message': { actions: 'markUnread' },
+            'user.change_state': [
+              { guard: wants('user_confirmed'), target: 'running.executing' },
+              { guard: wants('user_rejected'), target: 'rejected', actions: 'clearCommand' },
+              stops,
+            ],
+            // The command waiting for confirmation stays pending: it comes back with the session.
+            'session.passivate': {
+              target: '#session.passivated',
+              actions: { type: 'rememberState', params: { state: 'awaiting_user_confirmation' } },
+            },
+          },
+        },
+        rate_limited: {
+          description: 'The LLM asked us to slow down; the step is tried again at `context.deadline`.',
+          tags: ['rate_limited'],
+          on: {
+            'user.message': { actions: 'markUnread' },
+            'deadline.passed': { guard: 'deadlinePassed', target: 'running', actions: 'clearDeadline' },
+            'user.change_state': [{ guard: wants('paused'), target: 'paused', actions: 'clearDeadline' }, stops],
+            'session.passivate': passivates('rate_limited'),
           },
         },
       },
+    },
+    passivated: {
+      description: 'Out of memory: a snapshot and the log hold everything. Any access brings it back.',
+      on: {
+        'session.rehydrate': [
+          ...(['running', 'paused', 'stopped', 'finished', 'rejected', 'error'] as const).map((state) => ({
+            guard: resumesIn(state),
+            target: state === 'running' ? 'active.running' : `active.${state}`,
+            actions: 'forgetState' as const,
+          })),
+          { guard: resumesIn('awaiting_user_confirmation'), target: 'active.awaiting_user_confirmation', actions: 'forgetState' },
+          { guard: resumesIn('rate_limited'), target: 'active.rate_limited', actions: 'forgetState' },
+          { target: 'active.awaiting_user_input', actions: 'forgetState' },
+        ],
+        'session.close': { target: 'closed' },
+      },
+    },
+    closed: {
+      description: 'The conversation ended for good.',
+      tags: ['stopped'],
+      type: 'final',
     },
   },
 });
@@ -223,9 +362,10 @@ export const sessionMachine = setup({
 export type SessionMachine = typeof sessionMachine;
 export type SessionSnapshot = SnapshotFrom<SessionMachine>;
 
-/** The agent state a snapshot shows to users. */
+/** The agent state a snapshot shows to users (while passivated: the state it comes back in). */
 export function agentStateOf(snapshot: SessionSnapshot): AgentState {
-  // Every state node that users can see carries exactly one agent-state tag.
+  if (snapshot.context.resumeState !== null && snapshot.matches('passivated')) return snapshot.context.resumeState;
+  // Every state node users can see carries exactly one agent-state tag.
   for (const tag of snapshot.tags) return tag as AgentState;
   return 'loading';
 }

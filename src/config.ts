@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { z } from 'zod';
+import type { SessionLimits } from './session/index.ts';
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().min(1);
@@ -15,6 +16,13 @@ export const ConfigSchema = z.object({
   TETHER_MAX_PENDING_BYTES: positiveInt.default(8_388_608),
   TETHER_COMMAND_TIMEOUT_MS: positiveInt.default(30_000),
   TETHER_OUTPUT_CAP_BYTES: positiveInt.default(65_536),
+  TETHER_CLOSE_DELAY_MS: positiveInt.default(120_000),
+  TETHER_IDLE_MS: positiveInt.default(900_000),
+  TETHER_MAX_LIVE: positiveInt.default(10_000),
+  TETHER_MAX_RUNNING_PER_USER: positiveInt.default(3),
+  TETHER_START_TIMEOUT_MS: positiveInt.default(60_000),
+  TETHER_SNAPSHOT_EVERY: positiveInt.default(200),
+  TETHER_REHYDRATE_CONCURRENCY: positiveInt.default(8),
   TETHER_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
 
@@ -29,6 +37,7 @@ export interface Config {
   commandTimeoutMs: number;
   outputCapBytes: number;
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
+  limits: SessionLimits;
 }
 
 export class ConfigError extends Error {
@@ -55,5 +64,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     commandTimeoutMs: c.TETHER_COMMAND_TIMEOUT_MS,
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,
+    limits: {
+      closeDelayMs: c.TETHER_CLOSE_DELAY_MS,
+      idleMs: c.TETHER_IDLE_MS,
+      maxLive: c.TETHER_MAX_LIVE,
+      maxRunningPerUser: c.TETHER_MAX_RUNNING_PER_USER,
+      startTimeoutMs: c.TETHER_START_TIMEOUT_MS,
+      snapshotEvery: c.TETHER_SNAPSHOT_EVERY,
+      rehydrateConcurrency: c.TETHER_REHYDRATE_CONCURRENCY,
+    },
   };
 }

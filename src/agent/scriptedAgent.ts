@@ -15,9 +15,9 @@ const HELP =
 
 /**
  * The agent used when no LLM is configured. Deterministic and without I/O: the same
- * history gives the same action. It answers the latest user message or command output:
- * `!<command>` runs the command, a command's output gets a short summary, anything else
- * an acknowledgement that says how to run commands.
+ * history gives the same action. It answers the oldest user message or command output
+ * that has no answer yet: `!<command>` runs the command, a command's output gets a short
+ * summary, anything else an acknowledgement that says how to run commands.
  */
 export class ScriptedAgent implements Agent {
   async step({ history, signal }: AgentStepInput): Promise<AgentAction> {
@@ -30,50 +30,39 @@ export function scriptedAgent(): ScriptedAgent {
   return new ScriptedAgent();
 }
 
-type Cue =
-  | { kind: 'user'; text: string }
-  | { kind: 'output'; output: EventOf<'command_output'> }
-  | { kind: 'answered' }
-  | { kind: 'none' };
+type Cue = { kind: 'user'; text: string } | { kind: 'output'; output: EventOf<'command_output'> };
 
 function nextAction(history: readonly StoredEvent[]): AgentAction {
-  const cue = latestCue(history);
-  switch (cue.kind) {
-    case 'user':
-      return answerUser(cue.text);
-    case 'output':
-      return { type: 'message', content: summarise(cue.output) };
-    case 'answered':
-      return { type: 'finish', content: 'Done. Send another message, or "!<command>" to run one.' };
-    case 'none':
-      return { type: 'message', content: `Hello! ${HELP}` };
+  const pending = pendingCues(history);
+  const cue = pending[0];
+  if (cue?.kind === 'user') return answerUser(cue.text);
+  if (cue?.kind === 'output') return { type: 'message', content: summarise(cue.output) };
+  if (history.some((e) => e.source === 'agent')) {
+    return { type: 'finish', content: 'Done. Send another message, or "!<command>" to run one.' };
   }
+  return { type: 'message', content: `Hello! ${HELP}` };
 }
 
 /**
- * The newest event the agent should react to, skipping lifecycle events. If the agent
- * already spoke or ran a command after it, the cue is answered: stepping again finishes
- * instead of repeating itself.
+ * What still waits for an answer, oldest first. Every user message, and the
+ * output of every command the agent ran, gets exactly one answer (an agent
+ * message, command or finish), in order: messages that queue up while the
+ * agent works are each answered on a later step, none is skipped.
  */
-function latestCue(history: readonly StoredEvent[]): Cue {
-  let answered = false;
-  for (let i = history.length - 1; i >= 0; i--) {
-    const event = history[i]!;
-    if (event.source === 'agent' && (event.type === 'message' || event.type === 'command')) answered = true;
-    const cue = cueOf(event);
-    if (cue) return answered ? { kind: 'answered' } : cue;
+function pendingCues(history: readonly StoredEvent[]): Cue[] {
+  const pending: Cue[] = [];
+  const agentCommands = new Set<number>();
+  for (const event of history) {
+    if (event.source === 'agent' && (event.type === 'message' || event.type === 'command' || event.type === 'finish')) {
+      pending.shift();
+      if (event.type === 'command') agentCommands.add(event.id);
+    } else if (event.type === 'message' && event.source === 'user') {
+      pending.push({ kind: 'user', text: event.data.content });
+    } else if (event.type === 'command_output' && event.cause !== undefined && agentCommands.has(event.cause)) {
+      pending.push({ kind: 'output', output: event });
+    }
   }
-  return answered ? { kind: 'answered' } : { kind: 'none' };
-}
-
-function cueOf(event: StoredEvent): Cue | undefined {
-  if (event.type === 'message' && event.source === 'user') return { kind: 'user', text: event.data.content };
-  if (event.type === 'command_output') return { kind: 'output', output: event };
-  // An initial message may live only in the creation event.
-  if (event.type === 'conversation_created' && event.data.initial_message !== undefined) {
-    return { kind: 'user', text: event.data.initial_message };
-  }
-  return undefined;
+  return pending;
 }
 
 function answerUser(text: string): AgentAction {

@@ -5,7 +5,14 @@ import { errorFields, jsonLogger } from '../logger.ts';
 import { localRuntimeProvider } from '../runtime/index.ts';
 import { tetherServer } from '../server/index.ts';
 import { SessionManager } from '../session/index.ts';
-import { connectNats, jetStreamEventLog, kvConversationStore, startEmbeddedNats, type EmbeddedNats } from '../store/index.ts';
+import {
+  connectNats,
+  jetStreamEventLog,
+  kvConversationStore,
+  kvSnapshotStore,
+  startEmbeddedNats,
+  type EmbeddedNats,
+} from '../store/index.ts';
 
 const SHUTDOWN_BUDGET_MS = 10_000;
 
@@ -38,9 +45,12 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   }
   const log = await jetStreamEventLog(nc);
   const conversations = await kvConversationStore(nc);
+  const snapshots = await kvSnapshotStore(nc);
   const manager = new SessionManager({
     log,
     conversations,
+    snapshots,
+    limits: config.limits,
     runtimes: localRuntimeProvider({
       workspaceRoot: join(config.dataDir, 'workspaces'),
       commandTimeoutMs: config.commandTimeoutMs,
@@ -60,6 +70,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   const address = await server.listen(config.port, config.host);
   const base = `http://${address.address}:${address.port}`;
   logger.info('tether listening', { url: base, ws: `ws://${address.address}:${address.port}/ws`, nats: natsUrl });
+  // Conversations that were mid-task when the last process stopped finish by themselves.
+  void manager.recover().catch((err: unknown) => logger.error('recovery failed', errorFields(err)));
 
   return new Promise<number>((resolve) => {
     let stopping = false;

@@ -17,5 +17,19 @@ export const AgentState = z.enum([
 ]);
 export type AgentState = z.infer<typeof AgentState>;
 
-export const RuntimeStatus = z.enum(['starting', 'connected', 'disconnected', 'reconnecting', 'stopped']);
+/**
+ * A runtime's life: `starting` (being created), `connecting` (waiting for it to
+ * answer), `setting_up` (workspace set-up), `connected` (ready for commands),
+ * `disconnected` (died or failed), `reconnecting` (being replaced), `stopped`
+ * (stopped on purpose, for example when the session leaves memory).
+ */
+export const RuntimeStatus = z.enum([
+  'starting',
+  'connecting',
+  'setting_up',
+  'connected',
+  'disconnected',
+  'reconnecting',
+  'stopped',
+]);
 export type RuntimeStatus = z.infer<typeof RuntimeStatus>;

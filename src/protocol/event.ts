@@ -26,7 +26,16 @@ export const ConversationCreatedData = z.object({
   instructions: z.string().optional(),
   secret_names: z.array(z.string()).describe('Names only; values never reach the log.'),
   replay: z.boolean(),
+  start_timeout_ms: z
+    .number()
+    .int()
+    .min(1)
+    .optional()
+    .describe('The session reports error if it has not started this long after `ts`.'),
 });
+
+export const PassivationReason = z.enum(['close_delay', 'idle', 'capacity', 'too_many_running', 'shutdown']);
+export type PassivationReason = z.infer<typeof PassivationReason>;
 
 export const CommandOutputData = z.object({
   command: z.string(),
@@ -41,7 +50,14 @@ export const StoredEvent = z
   .discriminatedUnion('type', [
     z.object({ ...envelope, type: z.literal('conversation_created'), data: ConversationCreatedData }),
     z.object({ ...envelope, type: z.literal('message'), data: z.object({ content: z.string() }) }),
-    z.object({ ...envelope, type: z.literal('command'), data: z.object({ command: z.string() }) }),
+    z.object({
+      ...envelope,
+      type: z.literal('command'),
+      data: z.object({
+        command: z.string(),
+        risk: z.enum(['low', 'high']).optional().describe("The risk analyzer's rating of an agent's command."),
+      }),
+    }),
     z.object({ ...envelope, type: z.literal('command_output'), data: CommandOutputData }),
     z.object({ ...envelope, type: z.literal('finish'), data: z.object({ content: z.string() }) }),
     z.object({
@@ -62,7 +78,37 @@ export const StoredEvent = z
     z.object({
       ...envelope,
       type: z.literal('agent_error'),
-      data: z.object({ code: z.string(), message: z.string() }),
+      data: z.object({
+        code: z.string(),
+        message: z.string(),
+        retry_at: z.iso.datetime().optional().describe('When a rate-limited step is tried again.'),
+      }),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('timeout'),
+      data: z
+        .object({ deadline: z.enum(['start', 'retry']), message: z.string() })
+        .describe('A deadline kept in the session passed.'),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('session_passivated'),
+      data: z
+        .object({ reason: PassivationReason, state: AgentState.describe('The agent state it comes back in.') })
+        .describe('The session left memory; a snapshot was written.'),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('session_rehydrated'),
+      data: z
+        .object({ from: z.enum(['snapshot', 'log']), events_folded: z.number().int().min(0) })
+        .describe('The session came back into memory.'),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('session_closed'),
+      data: z.object({ reason: z.string() }).describe('The conversation ended for good.'),
     }),
   ])
   .meta({

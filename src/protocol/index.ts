@@ -7,6 +7,7 @@ export {
   LoggedEvent,
   ConversationCreatedData,
   CommandOutputData,
+  PassivationReason,
   type StoredEventType,
   type EventOf,
   type NewEvent,

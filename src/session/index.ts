@@ -1,4 +1,12 @@
-export { SessionManager, type SessionManagerDeps, type ConversationSummary } from './sessionManager.ts';
+export {
+  SessionManager,
+  DEFAULT_LIMITS,
+  type SessionManagerDeps,
+  type SessionLimits,
+  type ConversationSummary,
+} from './sessionManager.ts';
+export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts';
+export { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';
 export { Session, type SubmitResult, type RestoredState } from './session.ts';
 export { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 export { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';

@@ -1,20 +1,30 @@
 import { createActor, transition, type Actor } from 'xstate';
 import {
   agentStateOf,
+  inputFrom,
   sessionMachine,
+  SESSION_MACHINE_VERSION,
   toSessionEvent,
-  type SessionEvent,
   type SessionMachine,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import type { AgentState, LoggedEvent, NewEvent, RuntimeStatus, StoredEvent } from '../protocol/index.ts';
-import { EVENT_VERSION } from '../protocol/index.ts';
-import { VersionConflictError } from '../store/index.ts';
 import { errorFields } from '../logger.ts';
+import type { AgentState, NewEvent, PassivationReason, RuntimeStatus, StoredEvent } from '../protocol/index.ts';
+import { EVENT_VERSION } from '../protocol/index.ts';
+import { VersionConflictError, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
+import { describeEvent, stateFact } from './facts.ts';
 import { SessionEffects, type SessionEffectDeps } from './sessionEffects.ts';
+import { DeadlineTimer } from './deadlineTimer.ts';
 
 export interface SessionDeps extends SessionEffectDeps {
+  snapshots: SnapshotStore;
+  /** Write a snapshot every this many events (besides passivation). */
+  snapshotEvery: number;
+  /** How long closing waits for a session that is still starting. */
+  startWaitMs: number;
+  /** Called after every stored event took effect. */
+  onApplied?: (session: Session, event: StoredEvent, before: AgentState) => void;
   /** Called once when the session can no longer write (conflict, store fault, close). */
   onClosed?: (session: Session, reason: string) => void;
 }
@@ -24,11 +34,16 @@ export interface SubmitResult {
   duplicate: boolean;
 }
 
-/** What a session is rebuilt from: the fold of its log. */
+/** What a session is rebuilt from. `history` is null when it came from a snapshot (loaded on demand). */
 export interface RestoredState {
   snapshot: SessionSnapshot;
-  history: StoredEvent[];
   lastSeq: number;
+  nextEventId: number;
+  history: StoredEvent[] | null;
+  /** Sequence of the snapshot it came from (0: none). */
+  snapshotSeq: number;
+  /** The last `agent_state_changed` among the events read, if any. */
+  recordedState: AgentState | undefined;
 }
 
 /**
@@ -42,43 +57,53 @@ export class Session {
   readonly #deps: SessionDeps;
   readonly #machine: SessionMachine;
   readonly #effects: SessionEffects;
+  readonly #deadline: DeadlineTimer;
   #actor: Actor<SessionMachine> | null = null;
-  readonly #history: StoredEvent[];
+  #history: StoredEvent[] | null;
   #lastSeq: number;
+  #nextEventId: number;
+  #snapshotSeq = 0;
   #runtimeStatus: RuntimeStatus = 'stopped';
   #mailbox: Promise<unknown> = Promise.resolve();
   #closed: string | null = null;
+  lastActivity = Date.now();
 
   private constructor(conversationId: string, deps: SessionDeps, restored?: RestoredState) {
     this.conversationId = conversationId;
     this.#deps = deps;
-    this.#history = restored?.history ?? [];
+    this.#history = restored ? restored.history : [];
     this.#lastSeq = restored?.lastSeq ?? 0;
+    this.#nextEventId = restored?.nextEventId ?? 0;
+    this.#snapshotSeq = restored?.snapshotSeq ?? 0;
     this.#effects = new SessionEffects(this, deps);
+    this.#deadline = new DeadlineTimer(deps.clock, (deadline) => this.#effects.deadlinePassed(deadline));
     this.#machine = sessionMachine.provide({ actions: this.#effects.actions() });
-    for (const event of this.#history) if (event.type === 'runtime_status') this.#runtimeStatus = event.data.status;
     if (restored) {
-      const { conversationId: cid, maxIterations } = restored.snapshot.context;
-      this.#actor = createActor(this.#machine, { snapshot: restored.snapshot, input: { conversationId: cid, maxIterations } }).start();
+      const { context } = restored.snapshot;
+      this.#runtimeStatus = context.runtime;
+      const input = { ...context, startDeadline: null };
+      this.#actor = createActor(this.#machine, { snapshot: restored.snapshot, input }).start();
     }
   }
 
   /** A new conversation: stores its creation record, then starts the machine. */
-  static async create(
-    conversationId: string,
-    deps: SessionDeps,
-    created: Extract<NewEvent, { type: 'conversation_created' }>,
-  ): Promise<Session> {
+  static async create(conversationId: string, deps: SessionDeps, created: Extract<NewEvent, { type: 'conversation_created' }>): Promise<Session> {
     const session = new Session(conversationId, deps);
     await session.submit(created);
     return session;
   }
 
-  /** A conversation brought back from its log; effects it was waiting for start again. */
-  static restore(conversationId: string, deps: SessionDeps, state: RestoredState): Session {
+  /**
+   * A conversation brought back into memory. Stores `session_rehydrated`, then
+   * starts again what it was waiting for: a pending agent step is retried, a
+   * command that was running when the process died is reported as interrupted.
+   */
+  static async restore(conversationId: string, deps: SessionDeps, state: RestoredState, from: 'snapshot' | 'log', folded: number): Promise<Session> {
     const session = new Session(conversationId, deps, state);
-    session.#effects.resume(state.snapshot);
-    void session.#repairStateFact().catch((err) => deps.logger.warn('state repair failed', errorFields(err)));
+    const wasPassivated = state.snapshot.matches('passivated');
+    await session.#mailboxed(() => session.#repairStateFact(state.recordedState));
+    await session.submit({ source: 'environment', type: 'session_rehydrated', data: { from, events_folded: folded } });
+    if (!wasPassivated) session.#effects.resume(state.snapshot);
     return session;
   }
 
@@ -94,16 +119,24 @@ export class Session {
   get runtimeStatus(): RuntimeStatus {
     return this.#runtimeStatus;
   }
-  get history(): readonly StoredEvent[] {
-    return this.#history;
-  }
   /** The user who created the conversation. */
   get owner(): string | undefined {
-    const first = this.#history[0];
-    return first?.type === 'conversation_created' ? first.data.user : undefined;
+    return this.#actor?.getSnapshot().context.user;
   }
   get closed(): boolean {
     return this.#closed !== null;
+  }
+
+  /** Every stored event, oldest first; read from the log the first time after a snapshot restore. */
+  history(): Promise<readonly StoredEvent[]> {
+    if (this.#history) return Promise.resolve(this.#history);
+    return this.#mailboxed(async () => {
+      if (!this.#history) {
+        const { items } = await this.#deps.log.read(this.conversationId);
+        this.#history = items.filter((i) => i.seq <= this.#lastSeq).map((i) => i.event);
+      }
+      return this.#history;
+    });
   }
 
   /**
@@ -111,17 +144,7 @@ export class Session {
    * with IllegalTransitionError when the machine refuses it (nothing stored).
    */
   submit(event: NewEvent, msgId?: string): Promise<SubmitResult> {
-    const job = this.#mailbox.then(() => this.#apply(event, msgId));
-    this.#mailbox = job.catch(() => undefined);
-    return job;
-  }
-
-  /** Stops the actor and the runtime. Pending and later submits are refused. */
-  async close(reason = 'closed'): Promise<void> {
-    this.#markClosed(reason);
-    await this.#mailbox;
-    this.#actor?.stop();
-    await this.#effects.stop();
+    return this.#mailboxed(() => this.#apply(event, msgId));
   }
 
   /** Replaces the runtime with a fresh one in the same workspace. */
@@ -129,9 +152,43 @@ export class Session {
     return this.#effects.reconnect();
   }
 
+  /**
+   * Leaves memory: effects stop, a command still running is recorded as
+   * interrupted, `session_passivated` is stored and a snapshot written. A
+   * session still starting is waited for (bounded by `startWaitMs`).
+   */
+  async passivate(reason: PassivationReason): Promise<void> {
+    await this.#waitForStart();
+    if (this.#closed !== null) return;
+    await this.#effects.stop();
+    await this.#mailboxed(async () => {
+      const snapshot = this.#actor?.getSnapshot();
+      const pending = snapshot?.context.pendingCommand;
+      if (pending && !snapshot?.matches({ active: 'awaiting_user_confirmation' })) {
+        await this.#apply(this.#effects.interrupted(pending, 'the session left memory before this command finished'));
+      }
+      if (this.#runtimeStatus !== 'stopped') {
+        await this.#apply({ source: 'environment', type: 'runtime_status', data: { status: 'stopped' } });
+      }
+      await this.#apply({ source: 'environment', type: 'session_passivated', data: { reason, state: this.state } });
+      await this.#writeSnapshot();
+    });
+    await this.close(`passivated (${reason})`);
+  }
+
+  /** Stops the actor, timers and the runtime. Pending and later submits are refused. */
+  async close(reason = 'closed'): Promise<void> {
+    await this.#waitForStart();
+    this.#markClosed(reason);
+    this.#deadline.clear();
+    await this.#mailbox;
+    this.#actor?.stop();
+    await this.#effects.stop();
+  }
+
   async #apply(proposal: NewEvent, msgId?: string): Promise<SubmitResult> {
     if (this.#closed !== null) throw new SessionClosedError(this.conversationId, this.#closed);
-    const input = this.#stamp(proposal, this.#history.length);
+    const input = this.#stamp(proposal, this.#nextEventId);
     const machineEvent = toSessionEvent(input);
     const before = this.#actor?.getSnapshot();
     let derived: StoredEvent | null = null;
@@ -139,37 +196,35 @@ export class Session {
       if (!before.can(machineEvent)) {
         const duplicate = msgId === undefined ? null : await this.#probeDuplicate(input, msgId);
         if (duplicate) return duplicate;
-        throw new IllegalTransitionError(describe(machineEvent), agentStateOf(before));
+        throw new IllegalTransitionError(describeEvent(machineEvent), agentStateOf(before));
       }
-      derived = this.#stateFact(before, transition(this.#machine, before, machineEvent)[0], input.id);
+      const fact = stateFact(before, transition(this.#machine, before, machineEvent)[0]);
+      if (fact) derived = this.#stamp({ ...fact, cause: input.id }, input.id + 1);
     }
     const first = await this.#append(input, msgId);
     if (first.duplicate) return first;
+    const stateBefore = before ? agentStateOf(before) : 'loading';
     if (input.type === 'runtime_status') this.#runtimeStatus = input.data.status;
     if (input.type === 'conversation_created') {
-      this.#actor = createActor(this.#machine, {
-        input: { conversationId: this.conversationId, maxIterations: input.data.max_iterations },
-      }).start();
+      this.#actor = createActor(this.#machine, { input: inputFrom(input) }).start();
     } else if (machineEvent) {
       this.#actor?.send(machineEvent);
     }
+    this.#afterApply(input, stateBefore);
     if (derived) await this.#append(derived);
     return first;
   }
 
-  #stateFact(before: SessionSnapshot, after: SessionSnapshot, cause: number): StoredEvent | null {
-    const state = agentStateOf(after);
-    if (state === agentStateOf(before)) return null;
-    const reason = state === 'error' ? after.context.error : null;
-    return this.#stamp(
-      {
-        source: 'environment',
-        type: 'agent_state_changed',
-        data: reason ? { state, reason } : { state },
-        cause,
-      },
-      cause + 1,
-    );
+  #afterApply(event: StoredEvent, before: AgentState): void {
+    this.lastActivity = Date.now();
+    const snapshot = this.#actor?.getSnapshot();
+    if (snapshot) this.#deadline.arm(snapshot.context.deadline);
+    this.#deps.onApplied?.(this, event, before);
+    if (this.#lastSeq - this.#snapshotSeq >= this.#deps.snapshotEvery) {
+      void this.#writeSnapshot().catch((err) =>
+        this.#deps.logger.warn('snapshot failed', { conversation_id: this.conversationId, ...errorFields(err) }),
+      );
+    }
   }
 
   /** Appends one event; any fault other than a refused duplicate closes the session so it is reloaded from the log. */
@@ -178,8 +233,9 @@ export class Session {
       const result = await this.#deps.log.append(event, { expectedLastSeq: this.#lastSeq, msgId });
       if (result.duplicate) return result;
       this.#lastSeq = result.seq;
-      this.#history.push(event);
-      this.#deps.feed.publishEvent(this.conversationId, { seq: result.seq, event } satisfies LoggedEvent);
+      this.#nextEventId = event.id + 1;
+      this.#history?.push(event);
+      this.#deps.feed.publishEvent(this.conversationId, { seq: result.seq, event });
       return result;
     } catch (err) {
       const reason = err instanceof VersionConflictError ? 'another writer appended to it' : 'the event log failed';
@@ -206,16 +262,31 @@ export class Session {
   }
 
   /** After a crash between an event and its state fact, the log can lag the fold by one fact. */
-  async #repairStateFact(): Promise<void> {
-    const snapshot = this.#actor?.getSnapshot();
-    if (!snapshot) return;
-    const lastFact = this.#history.findLast((e) => e.type === 'agent_state_changed');
-    const recorded = lastFact?.type === 'agent_state_changed' ? lastFact.data.state : 'loading';
-    const state = agentStateOf(snapshot);
-    if (recorded === state) return;
-    await this.#mailboxed(() =>
-      this.#append(this.#stamp({ source: 'environment', type: 'agent_state_changed', data: { state } }, this.#history.length)),
-    );
+  async #repairStateFact(recorded: AgentState | undefined): Promise<void> {
+    const state = this.state;
+    if (recorded === undefined || recorded === state) return;
+    await this.#append(this.#stamp({ source: 'environment', type: 'agent_state_changed', data: { state } }, this.#nextEventId));
+  }
+
+  async #writeSnapshot(): Promise<void> {
+    const actor = this.#actor;
+    if (!actor || this.#lastSeq === 0) return;
+    const record: SnapshotRecord = {
+      conversation_id: this.conversationId,
+      machine_version: SESSION_MACHINE_VERSION,
+      seq: this.#lastSeq,
+      next_event_id: this.#nextEventId,
+      snapshot: actor.getPersistedSnapshot(),
+    };
+    this.#snapshotSeq = this.#lastSeq;
+    await this.#deps.snapshots.put(record);
+  }
+
+  async #waitForStart(): Promise<void> {
+    const until = Date.now() + this.#deps.startWaitMs;
+    while (this.state === 'loading' && this.#closed === null && Date.now() < until) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
   }
 
   #mailboxed<T>(work: () => Promise<T>): Promise<T> {
@@ -242,19 +313,7 @@ export class Session {
   #markClosed(reason: string): void {
     if (this.#closed !== null) return;
     this.#closed = reason;
+    this.#deadline.clear();
     this.#deps.onClosed?.(this, reason);
-  }
-}
-
-function describe(event: SessionEvent): string {
-  switch (event.type) {
-    case 'user.message':
-      return 'send a message';
-    case 'user.run':
-      return 'run a command';
-    case 'user.change_state':
-      return `change the agent state to ${event.state}`;
-    default:
-      return `apply ${event.type}`;
   }
 }

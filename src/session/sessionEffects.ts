@@ -1,4 +1,4 @@
-import type { SessionSnapshot } from '../../machines/index.ts';
+import type { Deadline, PendingCommand, SessionSnapshot } from '../../machines/index.ts';
 import type { Agent, AgentAction } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { NewEvent, StatusFrame, StoredEvent } from '../protocol/index.ts';
@@ -22,13 +22,20 @@ export interface SessionEffectDeps {
 /** The part of a session that effects talk back to. */
 export interface EffectHost {
   readonly conversationId: string;
-  readonly history: readonly StoredEvent[];
   readonly closed: boolean;
+  history(): Promise<readonly StoredEvent[]>;
   submit(event: NewEvent): Promise<unknown>;
 }
 
+const DEADLINE_MESSAGES: Record<Deadline['name'], string> = {
+  start: 'the session did not finish starting in time',
+  retry: 'the rate-limit wait is over; trying the step again',
+};
+
 const STATUS = {
   starting: { level: 'info', id: 'STATUS$STARTING_RUNTIME', message: 'Starting the runtime...' },
+  connecting: { level: 'info', id: 'STATUS$CONNECTING_RUNTIME', message: 'Connecting to the runtime...' },
+  settingUp: { level: 'info', id: 'STATUS$SETTING_UP_WORKSPACE', message: 'Setting up the workspace...' },
   connected: { level: 'info', id: 'STATUS$RUNTIME_CONNECTED', message: 'The runtime is ready.' },
   failed: { level: 'error', id: 'STATUS$ERROR_RUNTIME_DISCONNECTED', message: 'The runtime is not available.' },
 } as const satisfies Record<string, Omit<StatusFrame, 'type'>>;
@@ -77,16 +84,30 @@ export class SessionEffects {
       this.#spawn(() => this.#askAgent(cause));
     }
     const pending = snapshot.context.pendingCommand;
-    if (pending) {
-      this.#spawn(() =>
-        this.#report(pending.eventId, pending.command, {
-          exit_code: null,
-          output: 'interrupted: the server stopped before this command finished; it was not run again',
-          timed_out: false,
-          truncated: false,
-        }),
-      );
+    if (pending && snapshot.matches({ active: { running: 'executing' } })) {
+      this.#spawn(() => this.#host.submit(this.interrupted(pending, 'the server stopped before this command finished')));
     }
+  }
+
+  /** The observation for a command that will never report: it is not run again. */
+  interrupted(pending: PendingCommand, why: string): NewEvent {
+    return {
+      source: 'environment',
+      type: 'command_output',
+      data: { command: pending.command, exit_code: null, output: `interrupted: ${why}; it was not run again`, timed_out: false, truncated: false },
+      cause: pending.eventId,
+    };
+  }
+
+  /** A deadline in the session's context passed: store it, and the machine decides what it means. */
+  deadlinePassed(deadline: Deadline): void {
+    this.#spawn(() =>
+      this.#host.submit({
+        source: 'environment',
+        type: 'timeout',
+        data: { deadline: deadline.name, message: DEADLINE_MESSAGES[deadline.name] },
+      }),
+    );
   }
 
   /** Stops the current runtime, if any, and starts a new one in the same workspace. */
@@ -132,26 +153,31 @@ export class SessionEffects {
 
   async #startRuntime(): Promise<Runtime | null> {
     if (this.#abort.signal.aborted) return null;
-    this.#status(STATUS.starting);
-    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'starting' } });
+    await this.#step('starting', STATUS.starting);
     const runtime = this.#deps.runtimes.create(this.#host.conversationId, { env: this.#deps.secrets });
     try {
+      await this.#step('connecting', STATUS.connecting);
       await runtime.start();
+      if (this.#abort.signal.aborted) throw new Error('the session is closing');
+      await this.#step('setting_up', STATUS.settingUp);
     } catch (err) {
+      await runtime.stop();
+      if (this.#abort.signal.aborted) return null;
       this.#status(STATUS.failed);
       const message = `the runtime failed to start: ${errorFields(err).error}`;
       await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'disconnected', message } });
       return null;
     }
-    if (this.#abort.signal.aborted) {
-      await runtime.stop();
-      return null;
-    }
     this.#runtime = runtime;
     runtime.onExit((exit) => this.#spawn(() => this.#runtimeDied(runtime, exit.code, exit.signal)));
-    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'connected' } });
-    this.#status(STATUS.connected);
+    await this.#step('connected', STATUS.connected);
     return runtime;
+  }
+
+  /** One step of a runtime's start: a stored status and a transient status frame. */
+  async #step(status: 'starting' | 'connecting' | 'setting_up' | 'connected', frame: Omit<StatusFrame, 'type'>): Promise<void> {
+    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status } });
+    this.#status(frame);
   }
 
   async #runtimeDied(runtime: Runtime, code: number | null, signal: string | null): Promise<void> {
@@ -167,7 +193,7 @@ export class SessionEffects {
     try {
       action = await this.#deps.agent.step({
         conversationId: this.#host.conversationId,
-        history: this.#host.history.slice(),
+        history: (await this.#host.history()).slice(),
         signal: this.#abort.signal,
       });
     } catch (err) {

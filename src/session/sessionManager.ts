@@ -1,26 +1,50 @@
 import { randomUUID } from 'node:crypto';
-import { foldEvents } from '../../machines/index.ts';
+import pLimit, { type LimitFunction } from 'p-limit';
 import type { Agent } from '../agent/index.ts';
-import { silentLogger, type Logger } from '../logger.ts';
+import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type {
   AgentState,
   ConversationInfo,
   CreateConversationBody,
   NewEvent,
+  PassivationReason,
   UserAction,
 } from '../protocol/index.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
-import type { ConversationRecord, ConversationStore, EventLog, ReadPage } from '../store/index.ts';
+import type { ConversationRecord, ConversationStore, EventLog, ReadPage, SnapshotStore } from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
-import { ConversationNotFoundError } from './errors.ts';
-import { Session, type SubmitResult } from './session.ts';
+import { ConversationNotFoundError, SessionClosedError } from './errors.ts';
+import { loadSessionState, wasMidTask } from './loadSession.ts';
+import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
+import { Session, type SessionDeps, type SubmitResult } from './session.ts';
+
+export interface SessionLimits extends PassivationLimits {
+  /** A session that has not started this long after creation reports error. */
+  startTimeoutMs: number;
+  /** Snapshot every this many events, besides at passivation. */
+  snapshotEvery: number;
+  /** Rehydrations running at once; further ones (and their actions) wait their turn. */
+  rehydrateConcurrency: number;
+}
+
+export const DEFAULT_LIMITS: SessionLimits = {
+  closeDelayMs: 120_000,
+  idleMs: 900_000,
+  maxLive: 10_000,
+  maxRunningPerUser: 3,
+  startTimeoutMs: 60_000,
+  snapshotEvery: 200,
+  rehydrateConcurrency: 8,
+};
 
 export interface SessionManagerDeps {
   log: EventLog;
   conversations: ConversationStore;
+  snapshots: SnapshotStore;
   runtimes: RuntimeProvider;
   /** The agent for a conversation (the scripted agent unless an LLM is configured). */
   agentFor: (conversationId: string) => Agent;
+  limits?: Partial<SessionLimits>;
   clock?: () => Date;
   newId?: () => string;
   logger?: Logger;
@@ -33,23 +57,40 @@ export type ConversationSummary = Pick<ConversationInfo, 'conversation_id' | 'us
 };
 
 /**
- * The actor host: creates sessions, brings them back from the log on demand
- * (one load at a time per conversation), routes actions, checks ownership.
+ * The actor host: creates sessions, brings them back from snapshot and log on
+ * demand (a bounded number at a time, one load per conversation), sends idle
+ * ones out of memory, routes actions and checks ownership.
  */
 export class SessionManager {
   readonly feed = new ConversationFeed();
+  readonly limits: SessionLimits;
   readonly #deps: SessionManagerDeps;
   readonly #clock: () => Date;
   readonly #logger: Logger;
   readonly #live = new Map<string, Session>();
   readonly #loading = new Map<string, Promise<Session>>();
+  readonly #leaving = new Map<string, Promise<void>>();
+  readonly #rehydrations: LimitFunction;
+  readonly #policy: PassivationPolicy;
   /** Secrets stay in memory only; they never reach the log. */
   readonly #secrets = new Map<string, Record<string, string>>();
 
   constructor(deps: SessionManagerDeps) {
     this.#deps = deps;
+    this.limits = { ...DEFAULT_LIMITS, ...deps.limits };
     this.#clock = deps.clock ?? (() => new Date());
     this.#logger = deps.logger ?? silentLogger;
+    this.#rehydrations = pLimit(this.limits.rehydrateConcurrency);
+    this.#policy = new PassivationPolicy(
+      {
+        live: () => this.#live.values(),
+        connections: (id) => this.feed.count(id),
+        passivate: (session, reason) => this.passivate(session.conversationId, reason),
+        notify: (id, frame) => this.feed.publishStatus(id, frame),
+      },
+      this.limits,
+    );
+    this.#policy.start();
   }
 
   async create(user: string, body: CreateConversationBody): Promise<{ conversation_id: string }> {
@@ -67,6 +108,7 @@ export class SessionManager {
         ...(body.instructions !== undefined && { instructions: body.instructions }),
         secret_names: Object.keys(body.secrets),
         replay: body.replay !== undefined,
+        start_timeout_ms: this.limits.startTimeoutMs,
       },
     });
     this.#live.set(conversationId, session);
@@ -79,18 +121,16 @@ export class SessionManager {
 
   async list(user: string): Promise<ConversationSummary[]> {
     const records = (await this.#deps.conversations.list()).filter((r) => r.user === user);
-    return records
-      .sort((a, b) => a.created_at.localeCompare(b.created_at))
-      .map((r) => {
-        const live = this.#live.get(r.conversation_id);
-        return { ...r, in_memory: live !== undefined, state: live?.state ?? null };
-      });
+    return records.map((r) => {
+      const live = this.#live.get(r.conversation_id);
+      return { ...r, in_memory: live !== undefined, state: live?.state ?? null };
+    });
   }
 
   async info(conversationId: string, user: string): Promise<ConversationInfo> {
     const record = await this.#owned(conversationId, user);
     const wasLive = this.#live.has(conversationId);
-    const session = await this.#load(conversationId, record);
+    const session = await this.#load(record);
     return {
       ...record,
       state: session.state,
@@ -105,32 +145,60 @@ export class SessionManager {
     return this.#deps.log.read(conversationId, page);
   }
 
-  /** The live session of an owned conversation, loaded from its log when needed. */
+  /** The live session of an owned conversation, brought back from its log when needed. */
   async session(conversationId: string, user: string): Promise<Session> {
     const live = this.#live.get(conversationId);
     if (live && !live.closed) {
       if (live.owner !== user) throw new ConversationNotFoundError(conversationId);
       return live;
     }
-    return this.#load(conversationId, await this.#owned(conversationId, user));
+    return this.#load(await this.#owned(conversationId, user));
   }
 
+  /** Applies a user action. An action that meets its session leaving memory waits and goes to the one that comes back. */
   async act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<SubmitResult> {
-    const session = await this.session(conversationId, user);
-    if (action.type === 'reconnect_runtime') {
-      await session.reconnectRuntime();
-      return { seq: session.lastSeq, duplicate: false };
+    for (let attempt = 0; ; attempt++) {
+      const session = await this.session(conversationId, user);
+      try {
+        if (action.type === 'reconnect_runtime') {
+          await session.reconnectRuntime();
+          return { seq: session.lastSeq, duplicate: false };
+        }
+        // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
+        return await session.submit(proposalFor(action), clientId);
+      } catch (err) {
+        if (!(err instanceof SessionClosedError) || attempt >= 2 || !this.#leaving.has(conversationId)) throw err;
+      }
     }
-    // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
-    return session.submit(proposalFor(action), clientId);
+  }
+
+  /** Sends a session out of memory (snapshot, actor and runtime stopped, workspace kept). */
+  passivate(conversationId: string, reason: PassivationReason): Promise<void> {
+    const session = this.#live.get(conversationId);
+    if (!session || session.closed) return this.#leaving.get(conversationId) ?? Promise.resolve();
+    let leaving = this.#leaving.get(conversationId);
+    if (!leaving) {
+      leaving = session
+        .passivate(reason)
+        .catch((err) => this.#logger.warn('passivation failed', { conversation_id: conversationId, ...errorFields(err) }))
+        .finally(() => {
+          this.#leaving.delete(conversationId);
+          if (this.#live.get(conversationId) === session) this.#live.delete(conversationId);
+        });
+      this.#leaving.set(conversationId, leaving);
+      this.#logger.info('session passivated', { conversation_id: conversationId, reason });
+    }
+    return leaving;
   }
 
   async delete(conversationId: string, user: string): Promise<void> {
     await this.#owned(conversationId, user);
     const session = this.#live.get(conversationId);
     this.#live.delete(conversationId);
+    this.#policy.forget(conversationId);
     await session?.close('deleted');
     await this.#deps.log.purge(conversationId);
+    await this.#deps.snapshots.delete(conversationId);
     await this.#deps.conversations.delete(conversationId);
     this.#secrets.delete(conversationId);
   }
@@ -139,14 +207,35 @@ export class SessionManager {
     return this.feed.subscribe(conversationId, listener);
   }
 
+  isLive(conversationId: string): boolean {
+    return this.#live.has(conversationId);
+  }
+
   get liveCount(): number {
     return this.#live.size;
   }
 
+  /**
+   * After a restart: brings back every conversation whose log ends in the
+   * middle of a task, so it finishes by itself. Returns how many came back.
+   */
+  async recover(): Promise<number> {
+    const records = await this.#deps.conversations.list();
+    const probe = pLimit(this.limits.rehydrateConcurrency);
+    const midTask = await Promise.all(records.map((r) => probe(async () => wasMidTask(await this.#deps.log.last(r.conversation_id)))));
+    const chosen = records.filter((_, i) => midTask[i]);
+    await Promise.allSettled(chosen.map((r) => this.#load(r)));
+    if (chosen.length > 0) this.#logger.info('recovered conversations', { count: chosen.length });
+    return chosen.length;
+  }
+
+  /** Passivates every live session (snapshots written), then stops. */
   async shutdown(): Promise<void> {
-    const sessions = [...this.#live.values()];
+    this.#policy.stop();
+    await Promise.allSettled([...this.#live.keys()].map((id) => this.passivate(id, 'shutdown')));
+    const rest = [...this.#live.values()];
     this.#live.clear();
-    await Promise.allSettled(sessions.map((s) => s.close('server shutting down')));
+    await Promise.allSettled(rest.map((s) => s.close('server shutting down')));
   }
 
   async #owned(conversationId: string, user: string): Promise<ConversationRecord> {
@@ -155,42 +244,46 @@ export class SessionManager {
     return record;
   }
 
-  #load(conversationId: string, record: ConversationRecord): Promise<Session> {
-    const live = this.#live.get(conversationId);
+  #load(record: ConversationRecord): Promise<Session> {
+    const id = record.conversation_id;
+    const live = this.#live.get(id);
     if (live && !live.closed) return Promise.resolve(live);
-    let loading = this.#loading.get(conversationId);
+    let loading = this.#loading.get(id);
     if (!loading) {
-      loading = this.#rehydrate(record).finally(() => this.#loading.delete(conversationId));
-      this.#loading.set(conversationId, loading);
+      const leaving = this.#leaving.get(id) ?? Promise.resolve();
+      loading = leaving
+        .then(() => this.#rehydrations(() => this.#rehydrate(id)))
+        .finally(() => this.#loading.delete(id));
+      this.#loading.set(id, loading);
     }
     return loading;
   }
 
-  async #rehydrate(record: ConversationRecord): Promise<Session> {
-    const id = record.conversation_id;
-    const { items } = await this.#deps.log.read(id);
-    if (items.length === 0) throw new ConversationNotFoundError(id);
-    const history = items.map((i) => i.event);
-    const { snapshot } = foldEvents(history);
-    const lastSeq = items[items.length - 1]?.seq ?? 0;
-    const session = Session.restore(id, this.#sessionDeps(id), { snapshot, history, lastSeq });
+  async #rehydrate(id: string): Promise<Session> {
+    const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
+    if (!loaded) throw new ConversationNotFoundError(id);
+    const session = await Session.restore(id, this.#sessionDeps(id), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
-    this.#logger.info('session rehydrated', { conversation_id: id, events: items.length, state: session.state });
+    this.#logger.info('session rehydrated', { conversation_id: id, from: loaded.from, folded: loaded.folded, state: session.state });
     return session;
   }
 
-  #sessionDeps(conversationId: string) {
+  #sessionDeps(conversationId: string): SessionDeps {
     return {
       log: this.#deps.log,
       feed: this.feed,
+      snapshots: this.#deps.snapshots,
+      snapshotEvery: this.limits.snapshotEvery,
+      startWaitMs: this.limits.startTimeoutMs,
       agent: this.#deps.agentFor(conversationId),
       runtimes: this.#deps.runtimes,
       clock: this.#clock,
       logger: this.#logger,
       secrets: this.#secrets.get(conversationId) ?? {},
       commandTimeoutMs: this.#deps.commandTimeoutMs,
-      onClosed: (session: Session) => {
-        if (this.#live.get(conversationId) === session) this.#live.delete(conversationId);
+      onApplied: (session, _event, before) => this.#policy.applied(session, before),
+      onClosed: (session) => {
+        if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId)) this.#live.delete(conversationId);
       },
     };
   }

@@ -46,6 +46,8 @@ export interface EventLog {
   read(conversationId: string, options?: ReadOptions): Promise<ReadPage>;
   /** Stream sequence of the conversation's last event, 0 when it has none. */
   lastSeq(conversationId: string): Promise<number>;
+  /** The conversation's last event, undefined when it has none. One direct read, no consumer. */
+  last(conversationId: string): Promise<LoggedEvent | undefined>;
   tail(conversationId: string, options?: { afterSeq?: number }): EventTail;
   /** Removes every event of the conversation. */
   purge(conversationId: string): Promise<void>;

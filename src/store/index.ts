@@ -38,3 +38,6 @@ export {
   type EmbeddedNatsExit,
   type EmbeddedNatsOptions,
 } from './embeddedNats.ts';
+export { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
+export { KvSnapshotStore, kvSnapshotStore, DEFAULT_SNAPSHOT_BUCKET } from './kvSnapshotStore.ts';
+export { MemorySnapshotStore, memorySnapshotStore } from './memorySnapshotStore.ts';

@@ -111,6 +111,22 @@ export class JetStreamEventLog implements EventLog {
     }
   }
 
+  async last(conversationId: string): Promise<LoggedEvent | undefined> {
+    const subject = subjectFor(this.subjectPrefix, conversationId);
+    let message;
+    try {
+      message = await this.#jsm.direct.getMessage(this.stream, { last_by_subj: subject });
+    } catch (err) {
+      throw toStoreError(err, `reading the last event of conversation ${conversationId}`);
+    }
+    if (message === null) return undefined;
+    try {
+      return { seq: message.seq, event: message.json<StoredEvent>() };
+    } catch (err) {
+      throw new Error(`stream message ${message.seq} on ${subject} is not JSON`, { cause: err });
+    }
+  }
+
   tail(conversationId: string, options: { afterSeq?: number } = {}): EventTail {
     const { afterSeq } = readRange({ afterSeq: options.afterSeq });
     const subject = subjectFor(this.subjectPrefix, conversationId);

@@ -74,6 +74,12 @@ export class MemoryEventLog implements EventLog {
     return this.#logs.get(conversationId)?.at(-1)?.seq ?? 0;
   }
 
+  async last(conversationId: string): Promise<LoggedEvent | undefined> {
+    assertConversationId(conversationId);
+    const message = this.#logs.get(conversationId)?.at(-1);
+    return message === undefined ? undefined : toLoggedEvent(message);
+  }
+
   tail(conversationId: string, options: { afterSeq?: number } = {}): EventTail {
     const { afterSeq } = readRange({ afterSeq: options.afterSeq });
     assertConversationId(conversationId);

@@ -4,11 +4,24 @@ import { StoredEvent } from '../../src/protocol/index.ts';
 
 type Draft = Pick<StoredEvent, 'source' | 'type' | 'data'> & { cause?: number };
 
-/** Stamps drafts into valid stored events with dense ids, as the log would. */
+/**
+ * Stamps drafts into valid stored events with dense ids, as the log would. An
+ * output without a cause answers the latest command before it, as the host's are.
+ */
 function history(...drafts: Draft[]): StoredEvent[] {
-  return drafts.map((draft, id) =>
-    StoredEvent.parse({ v: 1, id, conversation_id: 'c1', ts: '2025-01-01T00:00:00.000Z', ...draft }),
-  );
+  let lastCommand: number | undefined;
+  return drafts.map((draft, id) => {
+    if (draft.type === 'command') lastCommand = id;
+    const cause = draft.type === 'command_output' && draft.cause === undefined ? lastCommand : draft.cause;
+    return StoredEvent.parse({
+      v: 1,
+      id,
+      conversation_id: 'c1',
+      ts: '2025-01-01T00:00:00.000Z',
+      ...draft,
+      ...(cause !== undefined && { cause }),
+    });
+  });
 }
 
 const created = (initial_message?: string): Draft => ({
@@ -78,8 +91,21 @@ describe('ScriptedAgent', () => {
     await expect(step(userSays('!pwd'), running)).resolves.toEqual({ type: 'run', command: 'pwd' });
   });
 
-  it('answers an initial message that only the creation event holds', async () => {
-    await expect(step(created('!whoami'), running)).resolves.toEqual({ type: 'run', command: 'whoami' });
+  it('answers the initial message once: the creation record names it, the message event is what counts', async () => {
+    await expect(step(created('!whoami'), userSays('!whoami'), running)).resolves.toEqual({ type: 'run', command: 'whoami' });
+    const afterAnswer = await step(created('!whoami'), userSays('!whoami'), agentRuns('whoami'), output(), agentSays('done'));
+    expect(afterAnswer.type).toBe('finish');
+  });
+
+  it('answers messages that queued up while it worked one by one, oldest first, skipping none', async () => {
+    const queued = [userSays('first'), userSays('!echo second')];
+    expect(await reply(...queued)).toContain('"first"');
+    await expect(step(...queued, agentSays('You said: "first"'))).resolves.toEqual({ type: 'run', command: 'echo second' });
+  });
+
+  it('does not answer the output of a command the user ran', async () => {
+    const userRuns: Draft = { source: 'user', type: 'command', data: { command: 'ls' } };
+    expect(await reply(userRuns, output(), userSays('hi'))).toContain('"hi"');
   });
 
   it('greets and explains itself when there is nothing to answer yet', async () => {

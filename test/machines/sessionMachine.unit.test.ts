@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { initialTransition, transition } from 'xstate';
 import { agentStateOf, sessionMachine, type SessionEvent, type SessionSnapshot } from '../../machines/index.ts';
 
-const input = { conversationId: 'c1', maxIterations: 3 };
+const input = { conversationId: 'c1', user: 'u', maxIterations: 3, confirmationMode: false, startDeadline: null };
 
 function actionTypes(actions: Array<{ type: string }>): string[] {
   return actions.map((a) => a.type).filter((t) => !t.startsWith('xstate.'));
@@ -19,7 +19,7 @@ const connected: SessionEvent = { type: 'runtime.connected', eventId: 1 };
 describe('session machine as pure functions', () => {
   it('starts in loading and asks the host to start the runtime', () => {
     const [snapshot, actions] = initialTransition(sessionMachine, input);
-    expect(snapshot.value).toBe('starting');
+    expect(snapshot.value).toEqual({ starting: 'creating' });
     expect(agentStateOf(snapshot)).toBe('loading');
     expect(actionTypes(actions)).toContain('startRuntime');
   });
@@ -33,6 +33,7 @@ describe('session machine as pure functions', () => {
     let snapshot = run([{ type: 'user.message', eventId: 1 }]);
     expect(agentStateOf(snapshot)).toBe('loading');
     const [next, actions] = transition(sessionMachine, snapshot, { type: 'runtime.connected', eventId: 2 });
+    expect(next.context.deadline).toBeNull();
     snapshot = next;
     expect(agentStateOf(snapshot)).toBe('running');
     expect(actionTypes(actions)).toContain('askAgent');
@@ -61,6 +62,7 @@ describe('session machine as pure functions', () => {
       eventId: 3,
       cause: 2,
       command: 'ls',
+      risky: false,
     });
     expect(actionTypes(actions)).toContain('runCommand');
     expect(executing.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'ls' });
@@ -95,12 +97,12 @@ describe('session machine as pure functions', () => {
     let snapshot = run([connected, { type: 'user.message', eventId: 2 }]);
     let id = 3;
     for (let i = 0; i < 2; i++) {
-      snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true' }], snapshot);
+      snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }], snapshot);
       snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
       id += 2;
     }
     expect(snapshot.context.iterations).toBe(3);
-    snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true' }], snapshot);
+    snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }], snapshot);
     snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
     expect(agentStateOf(snapshot)).toBe('error');
     expect(snapshot.context.error).toMatch(/limit of 3 iterations/);
@@ -126,5 +128,106 @@ describe('session machine as pure functions', () => {
   it('finishes when the agent says the task is done', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }]);
     expect(agentStateOf(run([{ type: 'agent.finish', eventId: 3, cause: 2 }], running))).toBe('finished');
+  });
+});
+
+const thinking = (): SessionSnapshot => run([connected, { type: 'user.message', eventId: 2 }]);
+
+describe('session machine: the rest of the lifecycle', () => {
+  it('walks the start through creating, connecting and setting up before it is active', () => {
+    let snapshot = run([{ type: 'runtime.connecting', eventId: 1 }]);
+    expect(snapshot.value).toEqual({ starting: 'connecting' });
+    snapshot = run([{ type: 'runtime.setting_up', eventId: 2 }], snapshot);
+    expect(snapshot.value).toEqual({ starting: 'setting_up' });
+    expect(snapshot.context.runtime).toBe('setting_up');
+    expect(agentStateOf(run([{ type: 'runtime.connected', eventId: 3 }], snapshot))).toBe('awaiting_user_input');
+  });
+
+  it('reports error with a reason when the start deadline passes, and not before', () => {
+    const [start] = initialTransition(sessionMachine, { ...input, startDeadline: 1000 });
+    const early = { type: 'deadline.passed', eventId: 1, name: 'start', at: 999, reason: 'did not start in time' } as const;
+    expect(start.can(early)).toBe(false);
+    const late = run([{ ...early, at: 1000 }], start);
+    expect(agentStateOf(late)).toBe('error');
+    expect(late.context.error).toBe('did not start in time');
+  });
+
+  it('pauses a running agent, refuses the abandoned step, and resumes with a new step', () => {
+    const paused = run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], thinking());
+    expect(agentStateOf(paused)).toBe('paused');
+    expect(paused.can({ type: 'agent.message', eventId: 4, cause: 2 })).toBe(false);
+    const [resumed, actions] = transition(sessionMachine, paused, { type: 'user.change_state', eventId: 4, state: 'running' });
+    expect(agentStateOf(resumed)).toBe('running');
+    expect(actionTypes(actions)).toContain('askAgent');
+    expect(resumed.context.stepCause).toBe(4);
+  });
+
+  it('resumes a paused command without running it again when its output already came', () => {
+    let snapshot = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'make', risky: false }], thinking());
+    snapshot = run([{ type: 'user.change_state', eventId: 4, state: 'paused' }], snapshot);
+    snapshot = run([{ type: 'command.finished', eventId: 5, cause: 3 }], snapshot);
+    expect(snapshot.context.pendingCommand).toBeNull();
+    const [resumed, actions] = transition(sessionMachine, snapshot, { type: 'user.change_state', eventId: 6, state: 'running' });
+    expect(resumed.value).toEqual({ active: { running: 'thinking' } });
+    expect(actionTypes(actions)).not.toContain('runCommand');
+  });
+
+  it('asks for confirmation of a risky command in confirmation mode and runs it only when confirmed', () => {
+    const [start] = initialTransition(sessionMachine, { ...input, confirmationMode: true });
+    const asked = run([connected, { type: 'user.message', eventId: 2 }, { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true }], start);
+    expect(agentStateOf(asked)).toBe('awaiting_user_confirmation');
+    const [confirmed, actions] = transition(sessionMachine, asked, { type: 'user.change_state', eventId: 4, state: 'user_confirmed' });
+    expect(actionTypes(actions)).toContain('runCommand');
+    expect(agentStateOf(confirmed)).toBe('running');
+    const rejected = run([{ type: 'user.change_state', eventId: 4, state: 'user_rejected' }], asked);
+    expect(agentStateOf(rejected)).toBe('rejected');
+    expect(rejected.context.pendingCommand).toBeNull();
+  });
+
+  it('runs a risky command at once when confirmation mode is off', () => {
+    const snapshot = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true }], thinking());
+    expect(snapshot.value).toEqual({ active: { running: 'executing' } });
+  });
+
+  it('waits while rate limited and tries the step again when the retry deadline passes', () => {
+    const limited = run([{ type: 'agent.rate_limited', eventId: 3, cause: 2, reason: 'slow down', retryAt: 5000 }], thinking());
+    expect(agentStateOf(limited)).toBe('rate_limited');
+    expect(limited.context.deadline).toEqual({ name: 'retry', at: 5000 });
+    const [retried, actions] = transition(sessionMachine, limited, { type: 'deadline.passed', eventId: 4, name: 'retry', at: 5001, reason: 'retry' });
+    expect(agentStateOf(retried)).toBe('running');
+    expect(actionTypes(actions)).toContain('askAgent');
+    expect(retried.context.deadline).toBeNull();
+  });
+
+  it('leaves memory in any agent state but with a command out, and comes back in the same state', () => {
+    for (const state of ['stopped', 'finished', 'error'] as const) {
+      const base = state === 'stopped' ? run([{ type: 'user.change_state', eventId: 3, state: 'stopped' }], thinking())
+        : state === 'finished' ? run([{ type: 'agent.finish', eventId: 3, cause: 2 }], thinking())
+        : run([{ type: 'agent.failed', eventId: 3, cause: 2, reason: 'boom' }], thinking());
+      const away = run([{ type: 'session.passivate', eventId: 4, reason: 'idle' }], base);
+      expect(away.value).toBe('passivated');
+      expect(agentStateOf(away)).toBe(state);
+      const back = run([{ type: 'session.rehydrate', eventId: 5 }], away);
+      expect(agentStateOf(back)).toBe(state);
+    }
+    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'sleep 9', risky: false }], thinking());
+    expect(executing.can({ type: 'session.passivate', eventId: 4, reason: 'idle' })).toBe(false);
+  });
+
+  it('comes back running into a new step when it was passivated while thinking', () => {
+    const away = run([{ type: 'session.passivate', eventId: 3, reason: 'too_many_running' }], thinking());
+    expect(agentStateOf(away)).toBe('running');
+    const [back, actions] = transition(sessionMachine, away, { type: 'session.rehydrate', eventId: 4 });
+    expect(back.value).toEqual({ active: { running: 'thinking' } });
+    expect(actionTypes(actions)).toContain('askAgent');
+    expect(back.context.stepCause).toBe(4);
+  });
+
+  it('cannot be passivated while starting, and closes for good from anywhere', () => {
+    const [start] = initialTransition(sessionMachine, input);
+    expect(start.can({ type: 'session.passivate', eventId: 1, reason: 'idle' })).toBe(false);
+    const closed = run([{ type: 'session.close', eventId: 1, reason: 'deleted' }], start);
+    expect(closed.status).toBe('done');
+    expect(closed.can({ type: 'user.message', eventId: 2 })).toBe(false);
   });
 });

@@ -8,13 +8,25 @@ import {
   SessionClosedError,
   SessionManager,
 } from '../../src/session/index.ts';
-import { memoryConversationStore, memoryEventLog, type ConversationStore, type EventLog } from '../../src/store/index.ts';
+import {
+  memoryConversationStore,
+  memoryEventLog,
+  memorySnapshotStore,
+  type ConversationStore,
+  type EventLog,
+  type SnapshotStore,
+} from '../../src/store/index.ts';
 
-function manager(log: EventLog = memoryEventLog(), conversations: ConversationStore = memoryConversationStore()) {
+function manager(
+  log: EventLog = memoryEventLog(),
+  conversations: ConversationStore = memoryConversationStore(),
+  snapshots: SnapshotStore = memorySnapshotStore(),
+) {
   let n = 0;
   return new SessionManager({
     log,
     conversations,
+    snapshots,
     runtimes: memoryRuntimeProvider(),
     agentFor: () => scriptedAgent(),
     clock: () => new Date(Date.UTC(2026, 0, 1, 0, 0, n++)),
@@ -100,23 +112,44 @@ describe('session manager', () => {
     expect(messages).toHaveLength(1);
   });
 
-  it('brings a conversation back from its log in a new process and continues with dense ids', async () => {
+  it('passivates on shutdown and comes back from its snapshot in a new process, continuing with dense ids', async () => {
     const log = memoryEventLog();
     const conversations = memoryConversationStore();
-    const first = manager(log, conversations);
+    const snapshots = memorySnapshotStore();
+    const first = manager(log, conversations, snapshots);
     const { conversation_id: id } = await first.create('local', { ...defaults, initial_message: 'one' });
     await settle(first, id);
-    const stored = await allEvents(log, id);
     await first.shutdown();
+    const stored = await allEvents(log, id);
+    expect(stored.at(-1)).toMatchObject({ type: 'session_passivated', data: { reason: 'shutdown', state: 'awaiting_user_input' } });
+    expect((await snapshots.get(id))?.seq).toBe((await log.lastSeq(id)));
 
-    const second = manager(log, conversations);
+    const second = manager(log, conversations, snapshots);
     const info = await second.info(id, 'local');
-    expect(info).toMatchObject({ state: 'awaiting_user_input', in_memory: false, last_seq: stored.length });
+    expect(info).toMatchObject({ state: 'awaiting_user_input', in_memory: false });
     await second.act(id, 'local', { type: 'message', content: 'two' });
     await settle(second, id);
     const events = await allEvents(log, id);
-    expect(events.length).toBeGreaterThan(stored.length);
+    expect(events[stored.length]).toMatchObject({ type: 'session_rehydrated', data: { from: 'snapshot', events_folded: 0 } });
     expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i));
+    const replies = events.filter((e) => e.type === 'message' && e.source === 'agent');
+    expect(replies).toHaveLength(2);
+  });
+
+  it('folds the whole log when the snapshot was written by another machine version', async () => {
+    const log = memoryEventLog();
+    const conversations = memoryConversationStore();
+    const snapshots = memorySnapshotStore();
+    const first = manager(log, conversations, snapshots);
+    const { conversation_id: id } = await first.create('local', { ...defaults, initial_message: 'one' });
+    await settle(first, id);
+    await first.shutdown();
+    const record = (await snapshots.get(id))!;
+    await snapshots.put({ ...record, machine_version: record.machine_version + 1, snapshot: { value: 'nonsense' } });
+    const second = manager(log, conversations, snapshots);
+    expect((await second.info(id, 'local')).state).toBe('awaiting_user_input');
+    const rehydrated = (await allEvents(log, id)).find((e) => e.type === 'session_rehydrated');
+    expect(rehydrated).toMatchObject({ data: { from: 'log' } });
   });
 
   it('stops writing when another writer appended to the same conversation', async () => {
@@ -148,6 +181,7 @@ describe('session manager', () => {
     const hanging = new SessionManager({
       log,
       conversations,
+      snapshots: memorySnapshotStore(),
       runtimes: memoryRuntimeProvider(() => {
         runs += 1;
         return new Promise(() => {});

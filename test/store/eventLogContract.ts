@@ -87,6 +87,16 @@ export function eventLogContract(name: string, makeLog: () => Promise<EventLog>)
       expect(await log.lastSeq(b)).toBe(bSeq);
     });
 
+    test('last returns the conversation’s own newest event with its sequence, and nothing for an empty one', async () => {
+      const log = await makeLog();
+      const a = newConversationId();
+      const b = newConversationId();
+      expect(await log.last(a)).toBeUndefined();
+      const [, second] = await appendMany(log, a, 2);
+      await appendMany(log, b, 1);
+      expect(await log.last(a)).toEqual({ seq: second, event: message(a, 1) });
+    });
+
     test('an append with a stale expected sequence fails with VersionConflictError and stores nothing', async () => {
       const log = await makeLog();
       const c = newConversationId();

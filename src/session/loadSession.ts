@@ -1,0 +1,99 @@
+import { foldEvents, sessionMachine, SESSION_MACHINE_VERSION, type SessionSnapshot } from '../../machines/index.ts';
+import type { AgentState, LoggedEvent } from '../protocol/index.ts';
+import type { EventLog, SnapshotRecord, SnapshotStore } from '../store/index.ts';
+import type { RestoredState } from './session.ts';
+
+export interface LoadedState {
+  state: RestoredState;
+  from: 'snapshot' | 'log';
+  /** Events folded on top of the snapshot (or the whole log). */
+  folded: number;
+}
+
+/**
+ * Rebuilds a conversation's session state: the latest snapshot of this
+ * machine version plus a fold of the events after it, or a fold of the whole
+ * log when there is no usable snapshot. Pure folding: no effect runs.
+ * Returns undefined for a conversation with no events.
+ */
+export async function loadSessionState(log: EventLog, snapshots: SnapshotStore, conversationId: string): Promise<LoadedState | undefined> {
+  const record = await snapshots.get(conversationId);
+  const base = record && record.machine_version === SESSION_MACHINE_VERSION ? restore(record) : undefined;
+  if (record && base) {
+    const { items } = await log.read(conversationId, { afterSeq: record.seq });
+    const { snapshot } = foldEvents(items, { from: base });
+    return {
+      state: {
+        snapshot,
+        lastSeq: items.at(-1)?.seq ?? record.seq,
+        nextEventId: record.next_event_id + items.length,
+        history: null,
+        snapshotSeq: record.seq,
+        recordedState: lastRecordedState(items),
+      },
+      from: 'snapshot',
+      folded: items.length,
+    };
+  }
+  const { items } = await log.read(conversationId);
+  if (items.length === 0) return undefined;
+  const { snapshot } = foldEvents(items);
+  const last = items[items.length - 1]!;
+  return {
+    state: {
+      snapshot,
+      lastSeq: last.seq,
+      nextEventId: last.event.id + 1,
+      history: items.map((i) => i.event),
+      snapshotSeq: 0,
+      recordedState: lastRecordedState(items),
+    },
+    from: 'log',
+    folded: items.length,
+  };
+}
+
+/** A persisted snapshot back as a machine snapshot; undefined when it does not fit the machine. */
+function restore(record: SnapshotRecord): SessionSnapshot | undefined {
+  const persisted = record.snapshot as { value?: unknown; context?: unknown } | null;
+  if (!persisted || typeof persisted !== 'object' || !persisted.context) return undefined;
+  try {
+    return sessionMachine.resolveState({
+      value: persisted.value as SessionSnapshot['value'],
+      context: persisted.context as SessionSnapshot['context'],
+    });
+  } catch {
+    return undefined;
+  }
+}
+
+function lastRecordedState(items: readonly LoggedEvent[]): AgentState | undefined {
+  for (let i = items.length - 1; i >= 0; i--) {
+    const event = items[i]!.event;
+    if (event.type === 'agent_state_changed') return event.data.state;
+  }
+  return undefined;
+}
+
+const IDLE_STATES = new Set<AgentState>([
+  'awaiting_user_input',
+  'finished',
+  'stopped',
+  'error',
+  'rejected',
+  'paused',
+  'awaiting_user_confirmation',
+]);
+
+/**
+ * Whether a conversation whose log ends with this event was in the middle of
+ * something when its process died (or shut down), and must be brought back to
+ * finish it by itself.
+ */
+export function wasMidTask(last: LoggedEvent | undefined): boolean {
+  if (!last) return false;
+  const event = last.event;
+  if (event.type === 'agent_state_changed') return !IDLE_STATES.has(event.data.state);
+  if (event.type === 'session_passivated') return event.data.reason === 'shutdown' && !IDLE_STATES.has(event.data.state);
+  return event.type !== 'session_closed';
+}

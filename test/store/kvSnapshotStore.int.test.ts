@@ -1,0 +1,34 @@
+import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { Kvm } from '@nats-io/kv';
+import { kvSnapshotStore, type NatsConnection } from '../../src/store/index.ts';
+import { connectTestNats, uniqueBucketName } from '../support/nats.ts';
+import { snapshotRecord, snapshotStoreContract } from './snapshotStoreContract.ts';
+
+let nc: NatsConnection;
+beforeAll(async () => {
+  nc = await connectTestNats();
+});
+afterAll(() => nc.close());
+
+async function freshBucket(): Promise<string> {
+  const bucket = uniqueBucketName();
+  onTestFinished(async () => {
+    await (await new Kvm(nc).open(bucket)).destroy();
+  });
+  return bucket;
+}
+
+snapshotStoreContract('KvSnapshotStore', async () => kvSnapshotStore(nc, { bucket: await freshBucket() }));
+
+describe('KvSnapshotStore', () => {
+  test('a bucket value that is not a snapshot record reads as no snapshot, so the log is folded instead', async () => {
+    const bucket = await freshBucket();
+    const store = await kvSnapshotStore(nc, { bucket });
+    const r = snapshotRecord();
+    const kv = await new Kvm(nc).open(bucket);
+    await kv.put(r.conversation_id, JSON.stringify({ ...r, seq: 'seven' }));
+    expect(await store.get(r.conversation_id)).toBeUndefined();
+    await kv.put(r.conversation_id, 'not json');
+    expect(await store.get(r.conversation_id)).toBeUndefined();
+  });
+});

@@ -1,0 +1,4 @@
+import { memorySnapshotStore } from '../../src/store/index.ts';
+import { snapshotStoreContract } from './snapshotStoreContract.ts';
+
+snapshotStoreContract('MemorySnapshotStore', async () => memorySnapshotStore());
