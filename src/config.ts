@@ -23,6 +23,7 @@ export const ConfigSchema = z.object({
   TETHER_START_TIMEOUT_MS: positiveInt.default(60_000),
   TETHER_SNAPSHOT_EVERY: positiveInt.default(200),
   TETHER_REHYDRATE_CONCURRENCY: positiveInt.default(8),
+  TETHER_AGENT_DELAY_MS: z.coerce.number().int().min(0).default(0),
   TETHER_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
 
@@ -38,6 +39,7 @@ export interface Config {
   outputCapBytes: number;
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
   limits: SessionLimits;
+  agentDelayMs: number;
 }
 
 export class ConfigError extends Error {
@@ -64,6 +66,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     commandTimeoutMs: c.TETHER_COMMAND_TIMEOUT_MS,
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,
+    agentDelayMs: c.TETHER_AGENT_DELAY_MS,
     limits: {
       closeDelayMs: c.TETHER_CLOSE_DELAY_MS,
       idleMs: c.TETHER_IDLE_MS,

@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { EventOf, StoredEvent } from '../protocol/index.ts';
 import type { Agent, AgentAction, AgentStepInput } from './agent.ts';
 
@@ -20,14 +21,22 @@ const HELP =
  * summary, anything else an acknowledgement that says how to run commands.
  */
 export class ScriptedAgent implements Agent {
+  readonly #delayMs: number;
+
+  /** `delayMs`: think time before each answer, so a demo (or a test) can catch the agent mid-step. */
+  constructor(options: { delayMs?: number } = {}) {
+    this.#delayMs = options.delayMs ?? 0;
+  }
+
   async step({ history, signal }: AgentStepInput): Promise<AgentAction> {
     signal?.throwIfAborted();
+    if (this.#delayMs > 0) await delay(this.#delayMs, undefined, { signal });
     return nextAction(history);
   }
 }
 
-export function scriptedAgent(): ScriptedAgent {
-  return new ScriptedAgent();
+export function scriptedAgent(options: { delayMs?: number } = {}): ScriptedAgent {
+  return new ScriptedAgent(options);
 }
 
 type Cue = { kind: 'user'; text: string } | { kind: 'output'; output: EventOf<'command_output'> };

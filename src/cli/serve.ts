@@ -56,7 +56,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
       commandTimeoutMs: config.commandTimeoutMs,
       outputCapBytes: config.outputCapBytes,
     }),
-    agentFor: () => scriptedAgent(),
+    agentFor: () => scriptedAgent({ delayMs: config.agentDelayMs }),
     logger,
     commandTimeoutMs: config.commandTimeoutMs,
   });

@@ -167,4 +167,15 @@ describe('ScriptedAgent', () => {
     const stepping = scriptedAgent().step({ conversationId: 'c1', history: [], signal: controller.signal });
     await expect(stepping).rejects.toThrow('stopped');
   });
+
+  it('thinks for its delay before answering, and stops thinking when aborted', async () => {
+    const agent = scriptedAgent({ delayMs: 200 });
+    const started = Date.now();
+    await agent.step({ conversationId: 'c1', history: history(userSays('hi')) });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(190);
+    const abort = new AbortController();
+    const step = agent.step({ conversationId: 'c1', history: history(userSays('hi')), signal: abort.signal });
+    abort.abort();
+    await expect(step).rejects.toThrow();
+  });
 });
