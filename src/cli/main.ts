@@ -3,8 +3,10 @@ import { ConfigError } from '../config.ts';
 const USAGE = `usage: tether <command>
 
 commands:
-  serve      run the server (default): REST and WebSocket on TETHER_HOST:TETHER_PORT
-  help       this text
+  serve                                run the server (default): REST and WebSocket on TETHER_HOST:TETHER_PORT
+  replay <conversation_id> [--at SEQ]  fold a stored conversation and print its transitions and state (--json)
+  machines [--id ID] [--out FILE]      the statechart definitions as JSON for the Stately visualizer
+  help                                 this text
 
 Configuration comes from environment variables; see README.md.`;
 
@@ -15,6 +17,14 @@ async function main(argv: string[]): Promise<number> {
       const { serve } = await import('./serve.ts');
       // Exit explicitly: everything has been stopped, and a stray handle must not keep a stopped server alive.
       process.exit(await serve());
+    }
+    case 'replay': {
+      const { replay } = await import('./replay.ts');
+      return replay(argv.slice(1));
+    }
+    case 'machines': {
+      const { machinesCommand } = await import('./machines.ts');
+      return machinesCommand(argv.slice(1));
     }
     case 'help':
     case '--help':

@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { scriptedAgent } from '../agent/index.ts';
 import { loadConfig } from '../config.ts';
+import { findRunningNats } from './openStore.ts';
 import { errorFields, jsonLogger } from '../logger.ts';
 import { localRuntimeProvider } from '../runtime/index.ts';
 import { tetherServer } from '../server/index.ts';
@@ -26,6 +27,19 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   const logger = jsonLogger(config.logLevel);
   let embedded: EmbeddedNats | undefined;
   if (!config.natsUrl) {
+    // nats-server 2.9 does not lock its store: two servers on one data dir would corrupt it.
+    // One left by a Tether that just died stops within moments (its guard sees the pipe close): wait for it.
+    let running = await findRunningNats(join(config.dataDir, 'nats'));
+    for (let waited = 0; running && waited < 5_000; waited += 100) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      running = await findRunningNats(join(config.dataDir, 'nats'));
+    }
+    if (running) {
+      throw new Error(
+        `another nats-server (pid ${running.pid}, ${running.url}) already uses ${config.dataDir}: ` +
+          'is another Tether running there? Stop it, or set TETHER_DATA_DIR or NATS_URL.',
+      );
+    }
     // nats-server's own info lines are noise here; its warnings and errors are not.
     const natsLog = (line: string) => {
       if (!/\[(INF|DBG|TRC)\]/.test(line)) logger.warn('nats-server', { line });
