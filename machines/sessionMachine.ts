@@ -46,6 +46,7 @@ export interface SessionContext {
   resumeState: AgentState | null;
 }
 
+const NO_INPUT: SessionInput = { conversationId: '', user: '', maxIterations: 0, confirmationMode: false, startDeadline: null };
 const wants = (state: AgentState) => ({ type: 'wants', params: { state } }) as const;
 const resumesIn = (state: AgentState) => ({ type: 'resumesIn', params: { state } }) as const;
 
@@ -141,15 +142,18 @@ export const sessionMachine = setup({
 }).createMachine({
   id: 'session',
   description: 'One conversation: its runtime and its agent loop, driven by stored events only.',
+  // xstate's pure `transition()` builds a throw-away actor without input for
+  // every call: give it a context instead of a TypeError (whose stack trace
+  // made up much of a fold's cost). Real actors always get an input.
   context: ({ input }) => ({
-    ...input,
+    ...(input ?? NO_INPUT),
     iterations: 0,
     unreadMessage: false,
     stepCause: null,
     pendingCommand: null,
     error: null,
     runtime: 'stopped',
-    deadline: input.startDeadline === null ? null : { name: 'start', at: input.startDeadline },
+    deadline: input?.startDeadline == null ? null : { name: 'start', at: input.startDeadline },
     resumeState: null,
   }),
   initial: 'starting',

@@ -11,7 +11,11 @@ export type AgentAction =
 
 export interface AgentStepInput {
   conversationId: string;
-  /** Every stored event of the conversation so far, oldest first. */
+  /**
+   * Every stored event of the conversation so far, oldest first. It is the
+   * session's own list: it may grow while the step runs, so read what you need
+   * at the start, and never change it.
+   */
   history: readonly StoredEvent[];
   signal?: AbortSignal;
 }

@@ -1,4 +1,4 @@
-import { createActor, transition, type Actor } from 'xstate';
+import { createActor, type Actor } from 'xstate';
 import {
   agentStateOf,
   inputFrom,
@@ -191,27 +191,25 @@ export class Session {
     const input = this.#stamp(proposal, this.#nextEventId);
     const machineEvent = toSessionEvent(input);
     const before = this.#actor?.getSnapshot();
-    let derived: StoredEvent | null = null;
-    if (machineEvent && before) {
-      if (!before.can(machineEvent)) {
-        const duplicate = msgId === undefined ? null : await this.#probeDuplicate(input, msgId);
-        if (duplicate) return duplicate;
-        throw new IllegalTransitionError(describeEvent(machineEvent), agentStateOf(before));
-      }
-      const fact = stateFact(before, transition(this.#machine, before, machineEvent)[0]);
-      if (fact) derived = this.#stamp({ ...fact, cause: input.id }, input.id + 1);
+    if (machineEvent && before && !before.can(machineEvent)) {
+      const duplicate = msgId === undefined ? null : await this.#probeDuplicate(input, msgId);
+      if (duplicate) return duplicate;
+      throw new IllegalTransitionError(describeEvent(machineEvent), agentStateOf(before));
     }
     const first = await this.#append(input, msgId);
     if (first.duplicate) return first;
-    const stateBefore = before ? agentStateOf(before) : 'loading';
     if (input.type === 'runtime_status') this.#runtimeStatus = input.data.status;
     if (input.type === 'conversation_created') {
       this.#actor = createActor(this.#machine, { input: inputFrom(input) }).start();
     } else if (machineEvent) {
       this.#actor?.send(machineEvent);
     }
-    this.#afterApply(input, stateBefore);
-    if (derived) await this.#append(derived);
+    const after = this.#actor?.getSnapshot();
+    this.#afterApply(input, before ? agentStateOf(before) : 'loading');
+    // The state fact is derived: it records where the stored event led, right
+    // after it and before any effect's result (effects run after this job).
+    const fact = before && after ? stateFact(before, after) : null;
+    if (fact) await this.#append(this.#stamp({ ...fact, cause: input.id }, this.#nextEventId));
     return first;
   }
 

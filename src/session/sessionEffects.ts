@@ -193,7 +193,7 @@ export class SessionEffects {
     try {
       action = await this.#deps.agent.step({
         conversationId: this.#host.conversationId,
-        history: (await this.#host.history()).slice(),
+        history: await this.#host.history(),
         signal: this.#abort.signal,
       });
     } catch (err) {
