@@ -149,6 +149,7 @@ export class Session {
 
   /** Replaces the runtime with a fresh one in the same workspace. */
   reconnectRuntime(): Promise<void> {
+    if (this.#closed !== null) return Promise.reject(new SessionClosedError(this.conversationId, this.#closed));
     return this.#effects.reconnect();
   }
 
@@ -171,6 +172,9 @@ export class Session {
         await this.#apply({ source: 'environment', type: 'runtime_status', data: { status: 'stopped' } });
       }
       await this.#apply({ source: 'environment', type: 'session_passivated', data: { reason, state: this.state } });
+      // Closed in this same job: an action queued behind it is refused as
+      // "closed" and goes to the session that comes back, never to this one.
+      this.#markClosed(`passivated (${reason})`);
       await this.#writeSnapshot();
     });
     await this.close(`passivated (${reason})`);
