@@ -35,6 +35,8 @@ export interface SessionContext {
   iterations: number;
   /** A user message the agent has not been asked about yet. */
   unreadMessage: boolean;
+  /** id of the newest user message. */
+  lastMessageId: number | null;
   /** id of the event that started the current agent step: its answer must carry it as `cause`. */
   stepCause: number | null;
   pendingCommand: PendingCommand | null;
@@ -81,17 +83,25 @@ export const sessionMachine = setup({
     startRuntime: () => {},
     askAgent: () => {},
     runCommand: () => {},
-    markUnread: assign({ unreadMessage: true }),
+    markUnread: assign({ unreadMessage: true, lastMessageId: ({ event }) => event.eventId }),
     runtimeStarting: assign({ runtime: 'starting' as const }),
     runtimeConnecting: assign({ runtime: 'connecting' as const }),
     runtimeSettingUp: assign({ runtime: 'setting_up' as const }),
     runtimeConnected: assign({ runtime: 'connected' as const }),
     runtimeStopped: assign({ runtime: 'stopped' as const }),
     runtimeLost: assign({ runtime: 'disconnected' as const }),
+    // A step's cause is what the agent answers: the user message it has not
+    // read yet, else the event that started the step (an observation, a resume,
+    // a retry). A step retried after the session came back keeps its cause.
+    // Two live steps never share one, so a late answer to an old step is refused.
     beginStep: assign({
       iterations: ({ context }) => context.iterations + 1,
       unreadMessage: false,
-      stepCause: ({ event }) => event.eventId,
+      stepCause: ({ context, event }) => {
+        if (context.unreadMessage && context.lastMessageId !== null) return context.lastMessageId;
+        if (event.type === 'session.rehydrate' && context.stepCause !== null) return context.stepCause;
+        return event.eventId;
+      },
       error: null,
     }),
     endStep: assign({ stepCause: null }),
@@ -149,6 +159,7 @@ export const sessionMachine = setup({
     ...(input ?? NO_INPUT),
     iterations: 0,
     unreadMessage: false,
+    lastMessageId: null,
     stepCause: null,
     pendingCommand: null,
     error: null,

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdir } from 'node:fs/promises';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { ConversationId } from '../protocol/index.ts';
 import { RuntimeDeadError } from './errors.ts';
@@ -37,6 +38,14 @@ export interface LocalRuntimeConfig {
 }
 
 const START_TIMEOUT_MS = 10_000;
+
+/**
+ * A command must not outlive the server that would report it as interrupted.
+ * A background watcher waits for EOF on fd 3 (the server's end closes when the
+ * server dies, however it dies) and then kills the shell's whole process group.
+ * The shell itself closes fd 3 so the commands it runs never hold it.
+ */
+const LIFELINE = '{ read -r -u 3 _; kill -KILL 0; } </dev/null >/dev/null 2>&1 &\nexec 3<&-\n';
 const MAX_TIMER_MS = 2 ** 31 - 1; // setTimeout fires at once beyond this
 const RESTART_NOTE =
   '\n[tether] the command did not stop when interrupted; the shell was restarted ' +
@@ -153,16 +162,18 @@ export class LocalRuntime implements Runtime {
       cwd: this.workspace,
       env: this.config.env,
       detached: true, // own process group, so a signal reaches the shell and its children
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+      // fd 3 is a lifeline: it closes when this process dies, even by SIGKILL (see LIFELINE).
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+    }) as unknown as ChildProcessWithoutNullStreams;
     this.child = child;
+    (child.stdio[3] as Socket | null)?.unref();
     const mine = () => this.child === child;
     child.stdin.on('error', () => {}); // EPIPE after the shell died; the exit handler reports it
     child.stdout.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
     child.stderr.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
     child.on('error', (error) => mine() && this.die({ code: null, signal: null }, error));
     child.on('exit', (code, signal) => mine() && this.die({ code, signal }));
-    child.stdin.write(SHELL_PRELUDE);
+    child.stdin.write(LIFELINE + SHELL_PRELUDE);
   }
 
   private die(exit: RuntimeExit, cause?: unknown): void {

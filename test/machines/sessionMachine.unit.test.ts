@@ -37,7 +37,8 @@ describe('session machine as pure functions', () => {
     snapshot = next;
     expect(agentStateOf(snapshot)).toBe('running');
     expect(actionTypes(actions)).toContain('askAgent');
-    expect(snapshot.context.stepCause).toBe(2);
+    // The step answers the message that waited, not the runtime event that let it start.
+    expect(snapshot.context.stepCause).toBe(1);
   });
 
   it('goes running on a user message and back to awaiting on the answer to that step', () => {
@@ -85,12 +86,13 @@ describe('session machine as pure functions', () => {
     expect(actionTypes(next)).not.toContain('askAgent');
   });
 
-  it('takes another step when a user message arrived during the step', () => {
+  it('takes another step when a user message arrived during the step, answering that message', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }, { type: 'user.message', eventId: 3 }]);
     const [after, actions] = transition(sessionMachine, running, { type: 'agent.message', eventId: 4, cause: 2 });
     expect(agentStateOf(after)).toBe('running');
     expect(actionTypes(actions)).toContain('askAgent');
     expect(after.context.iterations).toBe(2);
+    expect(after.context.stepCause).toBe(3);
   });
 
   it('stops in error with a reason when the iteration limit is reached', () => {
@@ -220,7 +222,8 @@ describe('session machine: the rest of the lifecycle', () => {
     const [back, actions] = transition(sessionMachine, away, { type: 'session.rehydrate', eventId: 4 });
     expect(back.value).toEqual({ active: { running: 'thinking' } });
     expect(actionTypes(actions)).toContain('askAgent');
-    expect(back.context.stepCause).toBe(4);
+    // The retried step still answers the message it was asked about.
+    expect(back.context.stepCause).toBe(2);
   });
 
   it('cannot be passivated while starting, and closes for good from anywhere', () => {

@@ -123,13 +123,14 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
   const kept = events.filter((e) => !LIFECYCLE.has(e.type));
   const position = new Map(kept.map((e, i) => [e.id, i]));
   const at = (id: number | undefined) => (id === undefined ? undefined : (position.get(id) ?? 'lifecycle'));
-  const { iterations, runtime, stepCause, pendingCommand, ...context } = snapshot.context;
+  const { iterations, runtime, stepCause, pendingCommand, lastMessageId, ...context } = snapshot.context;
   return {
     state: agentStateOf(snapshot),
     value: snapshot.value,
     context: {
       ...context,
       stepPending: stepCause !== null,
+      lastMessageId: lastMessageId === null ? null : at(lastMessageId),
       pendingCommand: pendingCommand && { ...pendingCommand, eventId: at(pendingCommand.eventId) },
     },
     conversation: kept.map((e) => ({
