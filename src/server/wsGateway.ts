@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { errorFields, type Logger } from '../logger.ts';
-import { ClientFrame, ConversationId, type LoggedEvent, type ServerFrame } from '../protocol/index.ts';
+import { ClientFrame, ConversationId, eventJson, type LoggedEvent, type ServerFrame } from '../protocol/index.ts';
 import { ConversationNotFoundError, type SessionManager } from '../session/index.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
 
@@ -35,7 +35,7 @@ const frameText = new WeakMap<LoggedEvent, string>();
 function eventFrame(logged: LoggedEvent): string {
   let text = frameText.get(logged);
   if (text === undefined) {
-    text = `{"type":"event","seq":${logged.seq},"event":${JSON.stringify(logged.event)}}`;
+    text = `{"type":"event","seq":${logged.seq},"event":${eventJson(logged.event)}}`;
     frameText.set(logged, text);
   }
   return text;

@@ -40,8 +40,6 @@ export interface RestoredState {
   lastSeq: number;
   nextEventId: number;
   history: StoredEvent[] | null;
-  /** Sequence of the snapshot it came from (0: none). */
-  snapshotSeq: number;
   /** The last `agent_state_changed` among the events read, if any. */
   recordedState: AgentState | undefined;
 }
@@ -62,7 +60,8 @@ export class Session {
   #history: StoredEvent[] | null;
   #lastSeq: number;
   #nextEventId: number;
-  #snapshotSeq = 0;
+  /** This conversation's events since the last snapshot (stream sequences are shared by all conversations). */
+  #sinceSnapshot = 0;
   #runtimeStatus: RuntimeStatus = 'stopped';
   #mailbox: Promise<unknown> = Promise.resolve();
   #closed: string | null = null;
@@ -74,7 +73,6 @@ export class Session {
     this.#history = restored ? restored.history : [];
     this.#lastSeq = restored?.lastSeq ?? 0;
     this.#nextEventId = restored?.nextEventId ?? 0;
-    this.#snapshotSeq = restored?.snapshotSeq ?? 0;
     this.#effects = new SessionEffects(this, deps);
     this.#deadline = new DeadlineTimer(deps.clock, (deadline) => this.#effects.deadlinePassed(deadline));
     this.#machine = sessionMachine.provide({ actions: this.#effects.actions() });
@@ -213,7 +211,10 @@ export class Session {
     // The state fact is derived: it records where the stored event led, right
     // after it and before any effect's result (effects run after this job).
     const fact = before && after ? stateFact(before, after) : null;
-    if (fact) await this.#append(this.#stamp({ ...fact, cause: input.id }, this.#nextEventId));
+    if (fact) {
+      await this.#append(this.#stamp({ ...fact, cause: input.id }, this.#nextEventId));
+      this.#maybeSnapshot();
+    }
     return first;
   }
 
@@ -222,11 +223,18 @@ export class Session {
     const snapshot = this.#actor?.getSnapshot();
     if (snapshot) this.#deadline.arm(snapshot.context.deadline);
     this.#deps.onApplied?.(this, event, before);
-    if (this.#lastSeq - this.#snapshotSeq >= this.#deps.snapshotEvery) {
-      void this.#writeSnapshot().catch((err) =>
-        this.#deps.logger.warn('snapshot failed', { conversation_id: this.conversationId, ...errorFields(err) }),
-      );
-    }
+    this.#maybeSnapshot();
+  }
+
+  /**
+   * Writes a periodic snapshot. Only called where the actor's state matches the
+   * log up to `#lastSeq`: after an event is applied, or after its state fact.
+   */
+  #maybeSnapshot(): void {
+    if (this.#sinceSnapshot < this.#deps.snapshotEvery) return;
+    void this.#writeSnapshot().catch((err) =>
+      this.#deps.logger.warn('snapshot failed', { conversation_id: this.conversationId, ...errorFields(err) }),
+    );
   }
 
   /** Appends one event; any fault other than a refused duplicate closes the session so it is reloaded from the log. */
@@ -236,6 +244,7 @@ export class Session {
       if (result.duplicate) return result;
       this.#lastSeq = result.seq;
       this.#nextEventId = event.id + 1;
+      this.#sinceSnapshot += 1;
       this.#history?.push(event);
       this.#deps.feed.publishEvent(this.conversationId, { seq: result.seq, event });
       return result;
@@ -280,7 +289,7 @@ export class Session {
       next_event_id: this.#nextEventId,
       snapshot: actor.getPersistedSnapshot(),
     };
-    this.#snapshotSeq = this.#lastSeq;
+    this.#sinceSnapshot = 0;
     await this.#deps.snapshots.put(record);
   }
 

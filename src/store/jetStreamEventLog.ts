@@ -8,7 +8,7 @@ import {
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream';
-import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
+import { eventJson, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
 import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
 import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
@@ -68,7 +68,7 @@ export class JetStreamEventLog implements EventLog {
     const subject = subjectFor(this.subjectPrefix, conversationId);
     const { expectedLastSeq, msgId } = options;
     try {
-      const ack = await this.#js.publish(subject, JSON.stringify(event), {
+      const ack = await this.#js.publish(subject, eventJson(event), {
         expect: { lastSubjectSequence: expectedLastSeq },
         ...(msgId === undefined ? {} : { msgID: scopedMsgId(conversationId, msgId) }),
       });

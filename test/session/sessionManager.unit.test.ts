@@ -218,3 +218,38 @@ describe('session manager retries', () => {
     expect(stops).toHaveLength(1);
   });
 });
+
+describe('session manager snapshots', () => {
+  it('writes a snapshot every N events of each conversation, however many conversations share the stream', async () => {
+    const log = memoryEventLog();
+    const store = memorySnapshotStore();
+    const puts = new Map<string, number>();
+    const counting: SnapshotStore = {
+      put: async (record) => {
+        puts.set(record.conversation_id, (puts.get(record.conversation_id) ?? 0) + 1);
+        await store.put(record);
+      },
+      get: (id) => store.get(id),
+      delete: (id) => store.delete(id),
+    };
+    const m = new SessionManager({
+      log,
+      conversations: memoryConversationStore(),
+      snapshots: counting,
+      runtimes: memoryRuntimeProvider(),
+      agentFor: () => scriptedAgent(),
+      // Four running at once: lift the per-user cap, whose passivations write snapshots too.
+      limits: { snapshotEvery: 10, maxRunningPerUser: 10 },
+    });
+    const ids = await Promise.all([1, 2, 3, 4].map(async () => (await m.create('local', defaults)).conversation_id));
+    for (const id of ids) await settle(m, id);
+    for (let round = 0; round < 5; round++) {
+      await Promise.all(ids.map((id) => m.act(id, 'local', { type: 'message', content: `round ${round}` })));
+      for (const id of ids) await settle(m, id);
+    }
+    for (const id of ids) {
+      const events = (await allEvents(log, id)).length;
+      expect(puts.get(id)).toBe(Math.floor(events / 10));
+    }
+  });
+});

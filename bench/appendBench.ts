@@ -1,0 +1,234 @@
+// (a) The append path: stored events per second through the whole Tether
+// server (ws in, JetStream append, fold, ws out) against raw JetStream async
+// publishing of the same payloads to the same number of subjects.
+import type { IncomingMessage } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { scriptedAgent } from '../src/agent/index.ts';
+import { silentLogger } from '../src/logger.ts';
+import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
+import { tetherServer } from '../src/server/index.ts';
+import { SessionManager } from '../src/session/index.ts';
+import {
+  ensureEventStream,
+  jetStreamEventLog,
+  kvConversationStore,
+  kvSnapshotStore,
+  subjectFor,
+  type NatsConnection,
+} from '../src/store/index.ts';
+import { BenchClient } from './benchClient.ts';
+import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
+
+export interface AppendPlan {
+  conversations: number;
+  messagesPerConversation: number;
+  /** User messages each client keeps in flight. */
+  window: number;
+  timeoutMs: number;
+}
+
+/** Wraps the timed phase only (e.g. a CPU profiler); set-up and checks stay outside. */
+export type AroundTimed = <T>(work: () => Promise<T>) => Promise<T>;
+
+export interface AppendRun {
+  events: number;
+  ms: number;
+  perSecond: number;
+  cpu: CpuUse;
+  /** Stored event JSON per conversation, in order: the baseline publishes exactly these. */
+  payloads: string[][];
+  summary: string;
+}
+
+interface EventsPage {
+  items: Array<{ seq: number; event: unknown }>;
+  has_more: boolean;
+}
+
+// One user per conversation, as in production: the per-user running limit stays at its default.
+const USER_HEADER = 'x-bench-user';
+const USER_PARAM = 'bench_user';
+const userOf = (i: number) => `u${i}`;
+const benchAuthenticate = (req: IncomingMessage, url: URL): string =>
+  url.searchParams.get(USER_PARAM) ?? (req.headers[USER_HEADER] as string | undefined) ?? 'local';
+
+async function http<T>(base: string, user: string, path: string, body?: unknown): Promise<T> {
+  const res = await fetch(`${base}${path}`, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers: { [USER_HEADER]: user, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!res.ok) throw new Error(`${path}: HTTP ${res.status} ${await res.text()}`);
+  return (await res.json()) as T;
+}
+
+/**
+ * Waits until a new conversation's start-up is fully stored (its last event is
+ * the state fact `awaiting_user_input`, which lands just after the actor moved
+ * there) and returns that event's seq: the clients' starting cursor.
+ */
+async function settledSeq(base: string, user: string, id: string, deadline: number): Promise<number> {
+  for (;;) {
+    const info = await http<{ state: string; last_seq: number }>(base, user, `/api/conversations/${id}`);
+    if (info.state === 'awaiting_user_input') {
+      const last = await http<EventsPage>(base, user, `/api/conversations/${id}/events?after_seq=${info.last_seq - 1}&limit=1`);
+      const event = last.items[0]?.event as { type?: string; data?: { state?: string } } | undefined;
+      if (event?.type === 'agent_state_changed' && event.data?.state === 'awaiting_user_input') return info.last_seq;
+    }
+    if (performance.now() > deadline) throw new Error(`conversation ${id} is still ${info.state} after start-up`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function restEvents(base: string, user: string, id: string, afterSeq: number): Promise<EventsPage['items']> {
+  const items: EventsPage['items'] = [];
+  let cursor = afterSeq;
+  for (;;) {
+    const page = await http<EventsPage>(base, user, `/api/conversations/${id}/events?after_seq=${cursor}&limit=1000`);
+    items.push(...page.items);
+    if (!page.has_more || page.items.length === 0) return items;
+    cursor = page.items[page.items.length - 1]!.seq;
+  }
+}
+
+/** Every stored event after the cursor reached the client once, in order, with the same bytes. */
+function verify(id: string, stored: EventsPage['items'], client: BenchClient): void {
+  const got = client.received;
+  if (got.length !== stored.length) {
+    throw new Error(`conversation ${id}: ${stored.length} events stored but ${got.length} event frames received`);
+  }
+  stored.forEach((item, i) => {
+    const frame = got[i]!;
+    if (frame.seq !== item.seq) throw new Error(`conversation ${id}: frame ${i} has seq ${frame.seq}, the log has ${item.seq}`);
+    if (frame.eventJson !== JSON.stringify(item.event)) throw new Error(`conversation ${id}: event at seq ${item.seq} differs from the log`);
+  });
+}
+
+/** One measured run of the Tether server on fresh stream and bucket names. */
+export async function tetherAppendRun(
+  nc: NatsConnection,
+  natsPid: number,
+  plan: AppendPlan,
+  tag: string,
+  around: AroundTimed = (work) => work(),
+): Promise<AppendRun> {
+  const stream = `BENCH_APPEND_${tag}`;
+  const buckets = [`bench_conversations_${tag}`, `bench_snapshots_${tag}`] as const;
+  const log = await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.append${tag}` });
+  const conversations = await kvConversationStore(nc, { bucket: buckets[0] });
+  const snapshots = await kvSnapshotStore(nc, { bucket: buckets[1] });
+  const manager = new SessionManager({
+    log,
+    conversations,
+    snapshots,
+    runtimes: memoryRuntimeProvider(),
+    agentFor: () => scriptedAgent(),
+    logger: silentLogger,
+  });
+  const server = tetherServer({
+    manager,
+    logger: silentLogger,
+    maxFrameBytes: 1 << 20,
+    maxBodyBytes: 1 << 20,
+    authenticate: benchAuthenticate,
+  });
+  const address = await server.listen(0, '127.0.0.1');
+  const base = `http://127.0.0.1:${address.port}`;
+  const clients: BenchClient[] = [];
+  try {
+    const deadline = performance.now() + plan.timeoutMs;
+    const ids = await within(plan.timeoutMs, 'creating conversations', Promise.all(
+      Array.from({ length: plan.conversations }, (_, i) =>
+        http<{ conversation_id: string }>(base, userOf(i), '/api/conversations', { max_iterations: 10_000 }).then((r) => r.conversation_id),
+      ),
+    ));
+    const cursors = await within(plan.timeoutMs, 'conversation start-up', Promise.all(ids.map((id, i) => settledSeq(base, userOf(i), id, deadline))));
+    const connected = await within(plan.timeoutMs, 'connecting clients', Promise.all(
+      ids.map((id, i) => BenchClient.connect(`ws://127.0.0.1:${address.port}`, `${USER_PARAM}=${userOf(i)}`, id, cursors[i]!, i)),
+    ));
+    clients.push(...connected);
+
+    const cpu = cpuMeter(natsPid);
+    const t0 = performance.now();
+    await around(() =>
+      within(plan.timeoutMs, 'the append run', Promise.all(clients.map((c) => c.run(plan.messagesPerConversation, plan.window)))),
+    );
+    const ms = performance.now() - t0;
+    const used = cpu();
+
+    const payloads: string[][] = [];
+    let events = 0;
+    for (const [i, id] of ids.entries()) {
+      const stored = await restEvents(base, userOf(i), id, cursors[i]!);
+      verify(id, stored, clients[i]!);
+      events += stored.length;
+      payloads.push(stored.map((item) => JSON.stringify(item.event)));
+    }
+    const perSecond = (events / ms) * 1000;
+    return {
+      events,
+      ms,
+      perSecond,
+      cpu: used,
+      payloads,
+      summary: `${fmt.int(events)} events in ${fmt.ms(ms)} ms = ${fmt.int(perSecond)} events/s (${describeCpu(used)})`,
+    };
+  } finally {
+    for (const c of clients) c.close();
+    await server.close();
+    await manager.shutdown();
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(stream).catch(() => false);
+    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
+  }
+}
+
+export interface RawPublishRun {
+  events: number;
+  ms: number;
+  perSecond: number;
+  cpu: CpuUse;
+  summary: string;
+}
+
+/**
+ * The baseline: the same payloads, published without awaiting each ack to one
+ * subject per conversation of a fresh stream with the event stream's settings,
+ * then every ack awaited. Conversations are interleaved as they are in the run.
+ */
+export async function rawPublishRun(nc: NatsConnection, natsPid: number, payloads: string[][], tag: string, timeoutMs: number): Promise<RawPublishRun> {
+  const stream = `BENCH_RAW_${tag}`;
+  const prefix = `bench.raw${tag}`;
+  const jsm = await jetstreamManager(nc);
+  await ensureEventStream(jsm, { stream, subjectPrefix: prefix });
+  const js = jetstream(nc);
+  const subjects = payloads.map((_, i) => subjectFor(prefix, `c${i}`));
+  const longest = Math.max(...payloads.map((p) => p.length));
+  try {
+    const cpu = cpuMeter(natsPid);
+    const t0 = performance.now();
+    const acks: Array<Promise<unknown>> = [];
+    for (let n = 0; n < longest; n++) {
+      for (const [i, list] of payloads.entries()) {
+        const payload = list[n];
+        if (payload !== undefined) acks.push(js.publish(subjects[i]!, payload));
+      }
+    }
+    await within(timeoutMs, 'raw publish acks', Promise.all(acks));
+    const ms = performance.now() - t0;
+    const used = cpu();
+    const info = await jsm.streams.info(stream);
+    if (info.state.messages !== acks.length) throw new Error(`raw stream holds ${info.state.messages} messages, ${acks.length} were published`);
+    const perSecond = (acks.length / ms) * 1000;
+    return {
+      events: acks.length,
+      ms,
+      perSecond,
+      cpu: used,
+      summary: `${fmt.int(acks.length)} messages in ${fmt.ms(ms)} ms = ${fmt.int(perSecond)} msgs/s (${describeCpu(used)})`,
+    };
+  } finally {
+    await jsm.streams.delete(stream).catch(() => false);
+  }
+}

@@ -1,0 +1,127 @@
+import WebSocket from 'ws';
+
+/** An event frame as received: its cursor and the event's JSON text as the server sent it. */
+export interface ReceivedEvent {
+  seq: number;
+  type: string;
+  source: string;
+  state: string | undefined;
+  eventJson: string;
+}
+
+interface EventFrameShape {
+  type: 'event';
+  seq: number;
+  event: { type: string; source: string; data?: { state?: string } };
+}
+
+const FILLER = 'The quick brown fox jumps over the lazy dog while the benchmark keeps the agent busy. ';
+
+/** The text of a client's i-th message: about 120 characters, distinct per client and index. */
+export function messageText(client: number, index: number): string {
+  return `bench client ${client} message ${index}: ${FILLER}`.slice(0, 120);
+}
+
+/**
+ * A lean WebSocket client for the append benchmark. It keeps at most `window`
+ * user messages in flight (sent, but not yet back as a stored `message` event)
+ * and is done when all its messages are back and the agent has left `running`
+ * after the last of them. Any `error` frame or early close fails the run.
+ */
+export class BenchClient {
+  readonly received: ReceivedEvent[] = [];
+  readonly #socket: WebSocket;
+  readonly #index: number;
+  #sent = 0;
+  #echoed = 0;
+  #lastUserSeq = -1;
+  #settled: { seq: number; state: string } | null = null;
+  #finish: { resolve: () => void; reject: (err: Error) => void } | null = null;
+  #plan = { messages: 0, window: 1 };
+  #failure: Error | null = null;
+
+  private constructor(socket: WebSocket, index: number) {
+    this.#socket = socket;
+    this.#index = index;
+  }
+
+  /** Opens `/ws` after the given cursor (`auth`: extra query, who is calling) and resolves once the `sync` frame arrived. */
+  static connect(baseWsUrl: string, auth: string, conversationId: string, afterSeq: number, index: number): Promise<BenchClient> {
+    const url = `${baseWsUrl}/ws?${auth}&conversation_id=${conversationId}&after_seq=${afterSeq}`;
+    const socket = new WebSocket(url, { perMessageDeflate: false });
+    const client = new BenchClient(socket, index);
+    return new Promise((resolve, reject) => {
+      let synced = false;
+      socket.on('error', (err) => (synced ? client.#fail(err) : reject(err)));
+      socket.on('close', (code, reason) => {
+        const err = new Error(`ws of ${conversationId} closed (${code} ${reason.toString()})`);
+        if (synced) client.#fail(err);
+        else reject(err);
+      });
+      socket.on('message', (data) => {
+        const text = data.toString();
+        const frame = JSON.parse(text) as { type: string };
+        if (frame.type === 'sync') {
+          synced = true;
+          resolve(client);
+        } else client.#onFrame(frame, text);
+      });
+    });
+  }
+
+  /** Sends `messages` user messages, at most `window` in flight; resolves when everything they caused is back. */
+  run(messages: number, window: number): Promise<void> {
+    this.#plan = { messages, window };
+    return new Promise((resolve, reject) => {
+      this.#finish = { resolve, reject };
+      if (this.#failure) reject(this.#failure);
+      else this.#topUp();
+    });
+  }
+
+  close(): void {
+    this.#socket.removeAllListeners('close');
+    this.#socket.close(1000);
+  }
+
+  #topUp(): void {
+    const { messages, window } = this.#plan;
+    while (this.#sent < messages && this.#sent - this.#echoed < window) {
+      const action = { type: 'message', content: messageText(this.#index, this.#sent++) };
+      this.#socket.send(JSON.stringify({ type: 'user_action', action }));
+    }
+  }
+
+  #onFrame(frame: { type: string }, text: string): void {
+    if (frame.type === 'error') return this.#fail(new Error(`server error frame: ${text}`));
+    if (frame.type !== 'event') return;
+    const { seq, event } = frame as EventFrameShape;
+    const state = event.type === 'agent_state_changed' ? event.data?.state : undefined;
+    // The event's own JSON, cut from the frame text: what the server sent, byte for byte.
+    const eventJson = text.slice(text.indexOf('"event":') + 8, -1);
+    this.received.push({ seq, type: event.type, source: event.source, state, eventJson });
+    if (event.type === 'message' && event.source === 'user') {
+      this.#echoed++;
+      this.#lastUserSeq = seq;
+      this.#topUp();
+    }
+    if (state !== undefined) this.#settled = { seq, state };
+    if (this.#done()) this.#finish?.resolve();
+  }
+
+  /** All messages are back and the agent stopped running after the last one: nothing more will come. */
+  #done(): boolean {
+    const settled = this.#settled;
+    return (
+      this.#echoed === this.#plan.messages &&
+      settled !== null &&
+      settled.seq > this.#lastUserSeq &&
+      settled.state !== 'running'
+    );
+  }
+
+  #fail(err: Error): void {
+    this.#failure ??= err;
+    this.#finish?.reject(err);
+  }
+}
