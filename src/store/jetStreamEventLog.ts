@@ -1,7 +1,6 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import {
   JetStreamApiCodes,
-  JetStreamApiError,
   jetstream,
   jetstreamManager,
   type Consumer,
@@ -12,6 +11,7 @@ import { eventJson, type LoggedEvent, type StoredEvent } from '../protocol/index
 import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
 import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
+import { JetStreamPublisher } from './jetStreamPublisher.ts';
 import { JetStreamTail, toLoggedEvent } from './jetStreamTail.ts';
 import { DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, ensureEventStream, subjectFor } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
@@ -55,30 +55,34 @@ export class JetStreamEventLog implements EventLog {
   readonly subjectPrefix: string;
   readonly #js: JetStreamClient;
   readonly #jsm: JetStreamManager;
+  readonly #publisher: JetStreamPublisher;
 
   constructor(nc: NatsConnection, jsm: JetStreamManager, options: JetStreamEventLogOptions = {}) {
     this.stream = options.stream ?? DEFAULT_STREAM;
     this.subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
     this.#js = jetstream(nc);
     this.#jsm = jsm;
+    this.#publisher = new JetStreamPublisher(nc);
   }
 
   async append(event: StoredEvent, options: AppendOptions): Promise<AppendResult> {
     const conversationId = event.conversation_id;
     const subject = subjectFor(this.subjectPrefix, conversationId);
     const { expectedLastSeq, msgId } = options;
+    let ack;
     try {
-      const ack = await this.#js.publish(subject, eventJson(event), {
-        expect: { lastSubjectSequence: expectedLastSeq },
-        ...(msgId === undefined ? {} : { msgID: scopedMsgId(conversationId, msgId) }),
+      ack = await this.#publisher.publish(subject, eventJson(event), {
+        expectedLastSubjectSeq: expectedLastSeq,
+        ...(msgId !== undefined && { msgId: scopedMsgId(conversationId, msgId) }),
       });
-      return { seq: ack.seq, duplicate: ack.duplicate };
     } catch (err) {
-      if (err instanceof JetStreamApiError && CONFLICT_CODES.has(err.code)) {
-        throw new VersionConflictError(conversationId, expectedLastSeq, { cause: err });
-      }
       throw toStoreError(err, `appending to conversation ${conversationId}`);
     }
+    if (ack.ok) return { seq: ack.seq, duplicate: ack.duplicate };
+    if (CONFLICT_CODES.has(ack.errCode)) {
+      throw new VersionConflictError(conversationId, expectedLastSeq, { cause: new Error(ack.description) });
+    }
+    throw new Error(`JetStream refused an event of ${conversationId}: ${ack.description} (${ack.errCode})`);
   }
 
   async read(conversationId: string, options?: ReadOptions): Promise<ReadPage> {
