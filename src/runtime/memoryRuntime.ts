@@ -23,11 +23,14 @@ export class MemoryRuntime implements Runtime {
   #stopped = false;
   #rejectRunning: ((err: Error) => void) | null = null;
 
-  constructor(conversationId: string, handler: CommandHandler, options: RuntimeOptions = {}) {
+  readonly #startDelayMs: number;
+
+  constructor(conversationId: string, handler: CommandHandler, options: RuntimeOptions & { startDelayMs?: number } = {}) {
     this.conversationId = conversationId;
     this.workspace = `memory:${conversationId}`;
     this.#handler = handler;
     this.#env = options.env ?? {};
+    this.#startDelayMs = options.startDelayMs ?? 0;
   }
 
   get alive(): boolean {
@@ -35,6 +38,7 @@ export class MemoryRuntime implements Runtime {
   }
 
   async start(): Promise<void> {
+    if (this.#startDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.#startDelayMs));
     if (this.#stopped) throw new RuntimeDeadError('this runtime was stopped');
     this.#alive = true;
   }
@@ -73,12 +77,13 @@ export interface MemoryRuntimeProvider extends RuntimeProvider {
   readonly created: MemoryRuntime[];
 }
 
-export function memoryRuntimeProvider(handler: CommandHandler = echoHandler): MemoryRuntimeProvider {
+/** `startDelayMs`: how long each runtime takes to start (Infinity-like values: it never does in practice). */
+export function memoryRuntimeProvider(handler: CommandHandler = echoHandler, options: { startDelayMs?: number } = {}): MemoryRuntimeProvider {
   const created: MemoryRuntime[] = [];
   return {
     created,
-    create(conversationId, options) {
-      const runtime = new MemoryRuntime(conversationId, handler, options);
+    create(conversationId, runtimeOptions) {
+      const runtime = new MemoryRuntime(conversationId, handler, { ...runtimeOptions, ...options });
       created.push(runtime);
       return runtime;
     },
