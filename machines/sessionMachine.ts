@@ -312,10 +312,12 @@ export const sessionMachine = setup({
           on: { ...startsWork, 'user.change_state': stops, 'session.passivate': passivates('rejected') },
         },
         error: {
-          description: 'Something failed; `context.error` says what. A new message or command tries again.',
+          description:
+            'Something failed; `context.error` says what. A new message or command tries again; a runtime that connects again (after a reconnect) returns to awaiting_user_input.',
           tags: ['error'],
           on: {
             ...startsWork,
+            'runtime.connected': { target: 'awaiting_user_input', actions: 'runtimeConnected' },
             'user.change_state': stops,
             'command.finished': recordsLateOutput,
             'session.passivate': passivates('error'),

@@ -98,7 +98,7 @@ export class WsGateway {
 
     let session;
     try {
-      session = await manager.session(conversationId, user);
+      session = await manager.connect(conversationId, user);
     } catch (err) {
       if (err instanceof ConversationNotFoundError) return ws.close(CLOSE.unknownConversation, 'unknown conversation');
       throw err;

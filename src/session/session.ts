@@ -124,6 +124,10 @@ export class Session {
   get closed(): boolean {
     return this.#closed !== null;
   }
+  /** The runtime died and has not been replaced. */
+  get runtimeLost(): boolean {
+    return this.#effects.runtimeLost;
+  }
 
   /** Every stored event, oldest first; read from the log the first time after a snapshot restore. */
   history(): Promise<readonly StoredEvent[]> {

@@ -52,6 +52,9 @@ export class SessionEffects {
   readonly #abort = new AbortController();
   #runtime: Runtime | null = null;
   #starting: Promise<Runtime | null> | null = null;
+  /** Why the runtime is down, once it died: commands then fail at once until a reconnect. */
+  #lost: string | null = null;
+  #death: Promise<void> | null = null;
 
   constructor(host: EffectHost, deps: SessionEffectDeps) {
     this.#host = host;
@@ -111,11 +114,25 @@ export class SessionEffects {
   }
 
   /** Stops the current runtime, if any, and starts a new one in the same workspace. */
+  /**
+   * Replaces the runtime with a fresh one in the same workspace (a page
+   * refresh, `reconnect_runtime`, a REST call): the old agent loop is already
+   * closed by the machine, which returns to awaiting_user_input once connected.
+   */
   async reconnect(): Promise<void> {
+    if (this.#abort.signal.aborted) return;
+    await this.#starting;
     const old = this.#runtime;
     this.#runtime = null;
     await old?.stop();
+    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'reconnecting' } });
+    this.#lost = null;
     await this.#ensureRuntime();
+  }
+
+  /** True once the runtime died and nothing replaced it yet. */
+  get runtimeLost(): boolean {
+    return this.#lost !== null;
   }
 
   async stop(): Promise<void> {
@@ -180,12 +197,17 @@ export class SessionEffects {
     this.#status(frame);
   }
 
-  async #runtimeDied(runtime: Runtime, code: number | null, signal: string | null): Promise<void> {
-    if (this.#runtime !== runtime) return;
+  /** Records a runtime's death once: status frame, then `runtime_status disconnected` (the machine goes to error). */
+  #runtimeDied(runtime: Runtime, code: number | null, signal: string | null): Promise<void> {
+    if (this.#runtime !== runtime) return this.#death ?? Promise.resolve();
     this.#runtime = null;
-    this.#status(STATUS.failed);
     const message = `the runtime exited (${signal ? `signal ${signal}` : `code ${code}`})`;
-    await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'disconnected', message } });
+    this.#lost = message;
+    this.#status(STATUS.failed);
+    this.#death = this.#host
+      .submit({ source: 'environment', type: 'runtime_status', data: { status: 'disconnected', message } })
+      .then(() => undefined);
+    return this.#death;
   }
 
   async #askAgent(cause: number): Promise<void> {
@@ -207,15 +229,20 @@ export class SessionEffects {
   }
 
   async #runCommand(commandId: number, command: string): Promise<void> {
-    const runtime = await this.#ensureRuntime();
+    // A runtime that died is not restarted behind the user's back: the command
+    // fails at once with a clear observation until a reconnect.
+    const runtime = this.#lost === null ? await this.#ensureRuntime() : null;
     let result: CommandResult;
     if (!runtime) {
-      result = { exit_code: null, output: 'the runtime is not available', timed_out: false, truncated: false };
+      result = unavailable(this.#lost ?? 'it could not be started');
     } else {
       try {
         result = await runtime.run(command, { timeoutMs: this.#deps.commandTimeoutMs, signal: this.#abort.signal });
       } catch (err) {
-        result = { exit_code: null, output: `the runtime failed: ${errorFields(err).error}`, timed_out: false, truncated: false };
+        if (this.#abort.signal.aborted) return;
+        // The death is stored first, so the machine has left the agent loop before it sees this output.
+        if (!runtime.alive) await this.#runtimeDied(runtime, null, null);
+        result = unavailable(this.#lost ?? String(errorFields(err).error));
       }
     }
     if (this.#abort.signal.aborted) return;
@@ -230,6 +257,15 @@ export class SessionEffects {
       cause: commandId,
     });
   }
+}
+
+function unavailable(why: string): CommandResult {
+  return {
+    exit_code: null,
+    output: `the runtime is not available (${why}); the command did not run to completion. Reconnect (refresh the page, or send reconnect_runtime) to start a new runtime in the same workspace.`,
+    timed_out: false,
+    truncated: false,
+  };
 }
 
 function agentEvent(action: AgentAction, cause: number): NewEvent {

@@ -130,7 +130,7 @@ export class SessionManager {
   async info(conversationId: string, user: string): Promise<ConversationInfo> {
     const record = await this.#owned(conversationId, user);
     const wasLive = this.#live.has(conversationId);
-    const session = await this.#load(record);
+    const session = this.#revive(await this.#load(record));
     return {
       ...record,
       state: session.state,
@@ -153,6 +153,14 @@ export class SessionManager {
       return live;
     }
     return this.#load(await this.#owned(conversationId, user));
+  }
+
+  /**
+   * A client (re)connects: the live session, and a new runtime when the old one
+   * died (a page refresh is how users fix a dead runtime).
+   */
+  async connect(conversationId: string, user: string): Promise<Session> {
+    return this.#revive(await this.session(conversationId, user));
   }
 
   /** Applies a user action. An action that meets its session leaving memory waits and goes to the one that comes back. */
@@ -242,6 +250,16 @@ export class SessionManager {
     const record = await this.#deps.conversations.get(conversationId);
     if (!record || record.user !== user) throw new ConversationNotFoundError(conversationId);
     return record;
+  }
+
+  #revive(session: Session): Session {
+    if (session.runtimeLost) {
+      this.#logger.info('reconnecting a dead runtime', { conversation_id: session.conversationId });
+      void session
+        .reconnectRuntime()
+        .catch((err) => this.#logger.warn('runtime reconnect failed', { conversation_id: session.conversationId, ...errorFields(err) }));
+    }
+    return session;
   }
 
   #load(record: ConversationRecord): Promise<Session> {
