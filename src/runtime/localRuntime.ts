@@ -1,4 +1,5 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
@@ -38,6 +39,18 @@ export interface LocalRuntimeConfig {
 }
 
 const START_TIMEOUT_MS = 10_000;
+const LIVENESS_MS = 250;
+
+/** The one-letter state of a process from /proc (R, S, D, T, Z, ...), or undefined when it is gone or unknown. */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name is in parentheses and may contain spaces: the state follows the last ')'.
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * A command must not outlive the server that would report it as interrupted.
@@ -89,6 +102,7 @@ export class LocalRuntime implements Runtime {
   private queue: Job[] = [];
   private current: Running | undefined;
   private readonly listeners = new Set<(exit: RuntimeExit) => void>();
+  private watchdog: NodeJS.Timeout | undefined;
 
   constructor(
     readonly conversationId: string,
@@ -142,9 +156,28 @@ export class LocalRuntime implements Runtime {
       throw new RuntimeDeadError(`the shell of ${this.conversationId} did not answer: ${ready.output}`);
     }
     this.state = 'alive';
+    this.watch();
+  }
+
+  /**
+   * A shell that stops answering counts as dead: a process that was stopped
+   * (SIGSTOP, state T) or is a zombie (Z) cannot run anything. Checked every
+   * LIVENESS_MS, so a death is seen well within a second.
+   */
+  private watch(): void {
+    this.watchdog = setInterval(() => {
+      const child = this.child;
+      if (!child?.pid || this.state !== 'alive') return;
+      const state = processState(child.pid);
+      if (state === 'T' || state === 't' || state === 'Z' || state === 'X') {
+        this.die({ code: null, signal: state === 'Z' || state === 'X' ? 'SIGKILL' : 'SIGSTOP' }, new Error(`the shell stopped answering (process state ${state})`));
+      }
+    }, LIVENESS_MS);
+    this.watchdog.unref();
   }
 
   private async shutdown(): Promise<void> {
+    clearInterval(this.watchdog);
     const child = this.child;
     this.child = undefined;
     this.state = 'stopped';
@@ -177,6 +210,7 @@ export class LocalRuntime implements Runtime {
   }
 
   private die(exit: RuntimeExit, cause?: unknown): void {
+    clearInterval(this.watchdog);
     const wasAlive = this.state === 'alive';
     const child = this.child;
     this.child = undefined;

@@ -204,6 +204,18 @@ describe('LocalRuntime', () => {
     expect(exits).toHaveLength(1);
   });
 
+  it('counts a shell that stops answering (SIGSTOP) as dead within a second, and kills what it left', async () => {
+    const runtime = await started();
+    const exited = new Promise<RuntimeExit>((resolve) => runtime.onExit(resolve));
+    const pending = expect(runtime.run('sleep 30')).rejects.toBeInstanceOf(RuntimeDeadError);
+    const pid = runtime.pid!;
+    process.kill(pid, 'SIGSTOP');
+    await expect(within(exited, 1_000)).resolves.toEqual({ code: null, signal: 'SIGSTOP' });
+    await pending;
+    expect(runtime.alive).toBe(false);
+    await expect.poll(() => processRuns(pid), { timeout: 1_000 }).toBe(false);
+  });
+
   it('dies when the command exits the shell', async () => {
     const runtime = await started();
     const exited = new Promise<RuntimeExit>((resolve) => runtime.onExit(resolve));
