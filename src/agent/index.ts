@@ -21,3 +21,4 @@ export {
   type ChatToolCall,
   type AssistantReply,
 } from './llmMessages.ts';
+export { rateCommand, riskRule, HIGH_RISK_RULES, type Risk } from './riskAnalyzer.ts';

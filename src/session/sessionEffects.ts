@@ -1,5 +1,5 @@
 import type { Deadline, PendingCommand, SessionSnapshot } from '../../machines/index.ts';
-import type { Agent, AgentAction } from '../agent/index.ts';
+import { rateCommand, type Agent, type AgentAction } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { NewEvent, StatusFrame, StoredEvent } from '../protocol/index.ts';
 import type { CommandResult, Runtime, RuntimeProvider } from '../runtime/index.ts';
@@ -273,7 +273,7 @@ function agentEvent(action: AgentAction, cause: number): NewEvent {
     case 'message':
       return { source: 'agent', type: 'message', data: { content: action.content }, cause };
     case 'run':
-      return { source: 'agent', type: 'command', data: { command: action.command }, cause };
+      return { source: 'agent', type: 'command', data: { command: action.command, risk: rateCommand(action.command) }, cause };
     case 'finish':
       return { source: 'agent', type: 'finish', data: { content: action.content }, cause };
   }
