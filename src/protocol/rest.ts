@@ -12,7 +12,12 @@ export const CreateConversationBody = z
     confirmation_mode: z.boolean().default(false),
     max_iterations: z.number().int().min(1).max(10_000).default(DEFAULT_MAX_ITERATIONS),
     max_budget: z.number().min(0).optional(),
-    secrets: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
+    secrets: z
+      .record(
+        z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'secret names are environment variable names'),
+        z.string().min(4, 'a secret value has at least 4 characters (shorter ones cannot be masked safely)').max(10_000),
+      )
+      .default({}),
     instructions: z.string().max(MAX_MESSAGE_CHARS).optional(),
     replay: z.array(LoggedEvent).optional(),
   })

@@ -16,6 +16,7 @@ import { IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { describeEvent, stateFact } from './facts.ts';
 import { SessionEffects, type SessionEffectDeps } from './sessionEffects.ts';
 import { DeadlineTimer } from './deadlineTimer.ts';
+import { secretMasker, type Masker } from './secretMasker.ts';
 
 export interface SessionDeps extends SessionEffectDeps {
   snapshots: SnapshotStore;
@@ -56,6 +57,7 @@ export class Session {
   readonly #machine: SessionMachine;
   readonly #effects: SessionEffects;
   readonly #deadline: DeadlineTimer;
+  readonly #mask: Masker;
   #actor: Actor<SessionMachine> | null = null;
   #history: StoredEvent[] | null;
   #lastSeq: number;
@@ -73,6 +75,7 @@ export class Session {
     this.#history = restored ? restored.history : [];
     this.#lastSeq = restored?.lastSeq ?? 0;
     this.#nextEventId = restored?.nextEventId ?? 0;
+    this.#mask = secretMasker(Object.values(deps.secrets));
     this.#effects = new SessionEffects(this, deps);
     this.#deadline = new DeadlineTimer(deps.clock, (deadline) => this.#effects.deadlinePassed(deadline));
     this.#machine = sessionMachine.provide({ actions: this.#effects.actions() });
@@ -194,7 +197,8 @@ export class Session {
 
   async #apply(proposal: NewEvent, msgId?: string): Promise<SubmitResult> {
     if (this.#closed !== null) throw new SessionClosedError(this.conversationId, this.#closed);
-    const input = this.#stamp(proposal, this.#nextEventId);
+    // Secrets reach the runtime's environment, never the log (nor, so, any frame or REST answer).
+    const input = this.#stamp(this.#mask(proposal), this.#nextEventId);
     const machineEvent = toSessionEvent(input);
     const before = this.#actor?.getSnapshot();
     if (machineEvent && before && !before.can(machineEvent)) {

@@ -16,6 +16,7 @@ import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationNotFoundError, SessionClosedError } from './errors.ts';
 import { loadSessionState, wasMidTask } from './loadSession.ts';
 import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
+import { secretMasker } from './secretMasker.ts';
 import { Session, type SessionDeps, type SubmitResult } from './session.ts';
 
 export interface SessionLimits extends PassivationLimits {
@@ -79,7 +80,7 @@ export class SessionManager {
     this.#deps = deps;
     this.limits = { ...DEFAULT_LIMITS, ...deps.limits };
     this.#clock = deps.clock ?? (() => new Date());
-    this.#logger = deps.logger ?? silentLogger;
+    this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
     this.#rehydrations = pLimit(this.limits.rehydrateConcurrency);
     this.#policy = new PassivationPolicy(
       {
@@ -305,6 +306,20 @@ export class SessionManager {
       },
     };
   }
+}
+
+/** Log lines never carry a secret value in clear, whichever conversation it belongs to. */
+function maskingLogger(base: Logger, secrets: () => Iterable<Record<string, string>>): Logger {
+  const masked = (fields?: Record<string, unknown>) => {
+    if (!fields) return fields;
+    const values = [...secrets()].flatMap((s) => Object.values(s));
+    return values.length === 0 ? fields : secretMasker(values)(fields);
+  };
+  return {
+    info: (m, f) => base.info(m, masked(f)),
+    warn: (m, f) => base.warn(m, masked(f)),
+    error: (m, f) => base.error(m, masked(f)),
+  };
 }
 
 function proposalFor(action: Exclude<UserAction, { type: 'reconnect_runtime' }>): NewEvent {

@@ -1,0 +1,28 @@
+export const SECRET_MASK = '<secret_hidden>';
+
+export type Masker = <T>(value: T) => T;
+
+/**
+ * Replaces every secret value with `<secret_hidden>` in every string of a
+ * value (events, log fields). Longer secrets first, so one that contains
+ * another is masked whole.
+ */
+export function secretMasker(secrets: Iterable<string>): Masker {
+  const values = [...new Set(secrets)].filter((v) => v.length > 0).sort((a, b) => b.length - a.length);
+  if (values.length === 0) return (value) => value;
+  const maskText = (text: string) => {
+    let out = text;
+    for (const secret of values) if (out.includes(secret)) out = out.split(secret).join(SECRET_MASK);
+    return out;
+  };
+  const mask = (value: unknown): unknown => {
+    if (typeof value === 'string') return maskText(value);
+    if (Array.isArray(value)) return value.map(mask);
+    if (value !== null && typeof value === 'object') {
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, mask(v)]));
+    }
+    return value;
+  };
+  return <T>(value: T) => mask(value) as T;
+}
+
