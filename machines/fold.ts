@@ -1,7 +1,7 @@
 import { createActor, initialTransition, type ActorScope } from 'xstate';
 import type { StoredEvent } from '../src/protocol/index.ts';
 import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
-import { sessionMachine, type SessionInput, type SessionSnapshot } from './sessionMachine.ts';
+import { DEFAULT_RATE_LIMIT_RETRIES, sessionMachine, type SessionInput, type SessionSnapshot } from './sessionMachine.ts';
 
 export interface FoldStep {
   /** Stream sequence of the stored event, when the caller gave one. */
@@ -34,6 +34,8 @@ export function inputFrom(created: Extract<StoredEvent, { type: 'conversation_cr
     conversationId: created.conversation_id,
     user: created.data.user,
     maxIterations: created.data.max_iterations,
+    maxBudget: created.data.max_budget ?? null,
+    maxRateLimitRetries: DEFAULT_RATE_LIMIT_RETRIES,
     confirmationMode: created.data.confirmation_mode,
     startDeadline: timeout === undefined ? null : Date.parse(created.ts) + timeout,
   };

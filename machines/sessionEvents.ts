@@ -18,6 +18,7 @@ export type SessionEvent =
   | { type: 'agent.message'; eventId: number; cause: number | undefined }
   | { type: 'agent.run'; eventId: number; cause: number | undefined; command: string; risky: boolean }
   | { type: 'agent.finish'; eventId: number; cause: number | undefined }
+  | { type: 'agent.usage'; eventId: number; cost: number }
   | { type: 'agent.failed'; eventId: number; cause: number | undefined; reason: string }
   | { type: 'agent.rate_limited'; eventId: number; cause: number | undefined; reason: string; retryAt: number }
   | { type: 'command.finished'; eventId: number; cause: number | undefined }
@@ -61,6 +62,8 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
       return { type: 'user.change_state', eventId, state: event.data.state };
     case 'finish':
       return { type: 'agent.finish', eventId, cause };
+    case 'agent_usage':
+      return { type: 'agent.usage', eventId, cost: event.data.cost };
     case 'agent_error':
       if (event.data.retry_at !== undefined) {
         const retryAt = Date.parse(event.data.retry_at);

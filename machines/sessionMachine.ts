@@ -5,10 +5,16 @@ import type { SessionEvent } from './sessionEvents.ts';
 /** Bump when a change makes old persisted snapshots unsafe to restore. */
 export const SESSION_MACHINE_VERSION = 2;
 
+/** Rate-limited steps tried again before the agent gives up in error. */
+export const DEFAULT_RATE_LIMIT_RETRIES = 5;
+
 export interface SessionInput {
   conversationId: string;
   user: string;
   maxIterations: number;
+  /** USD the agent may spend on LLM calls, or null for no limit. */
+  maxBudget: number | null;
+  maxRateLimitRetries: number;
   confirmationMode: boolean;
   /** Epoch ms by which the session must have started, or null for no limit. */
   startDeadline: number | null;
@@ -30,9 +36,18 @@ export interface SessionContext {
   conversationId: string;
   user: string;
   maxIterations: number;
+  maxBudget: number | null;
+  maxRateLimitRetries: number;
   confirmationMode: boolean;
   /** Agent steps taken so far. */
   iterations: number;
+  /** USD spent on LLM calls so far. */
+  spent: number;
+  /** The allowance a user message grants again once a limit is reached. */
+  iterationBudget: number;
+  budget: number | null;
+  /** Rate-limited attempts of the current step. */
+  rateLimits: number;
   /** A user message the agent has not been asked about yet. */
   unreadMessage: boolean;
   /** id of the newest user message. */
@@ -48,7 +63,15 @@ export interface SessionContext {
   resumeState: AgentState | null;
 }
 
-const NO_INPUT: SessionInput = { conversationId: '', user: '', maxIterations: 0, confirmationMode: false, startDeadline: null };
+const NO_INPUT: SessionInput = {
+  conversationId: '',
+  user: '',
+  maxIterations: 0,
+  maxBudget: null,
+  maxRateLimitRetries: 0,
+  confirmationMode: false,
+  startDeadline: null,
+};
 const wants = (state: AgentState) => ({ type: 'wants', params: { state } }) as const;
 const resumesIn = (state: AgentState) => ({ type: 'resumesIn', params: { state } }) as const;
 
@@ -83,7 +106,18 @@ export const sessionMachine = setup({
     startRuntime: () => {},
     askAgent: () => {},
     runCommand: () => {},
-    markUnread: assign({ unreadMessage: true, lastMessageId: ({ event }) => event.eventId }),
+    // A user message after a limit stopped the agent gives it a fresh allowance
+    // of the same size (iterations and budget alike).
+    markUnread: assign(({ context, event }) => ({
+      unreadMessage: true,
+      lastMessageId: event.eventId,
+      maxIterations:
+        context.iterations >= context.maxIterations ? context.iterations + context.iterationBudget : context.maxIterations,
+      maxBudget:
+        context.maxBudget !== null && context.spent >= context.maxBudget ? context.spent + context.budget! : context.maxBudget,
+    })),
+    addCost: assign({ spent: ({ context, event }) => context.spent + (event.type === 'agent.usage' ? event.cost : 0) }),
+    resetRetries: assign({ rateLimits: 0 }),
     runtimeStarting: assign({ runtime: 'starting' as const }),
     runtimeConnecting: assign({ runtime: 'connecting' as const }),
     runtimeSettingUp: assign({ runtime: 'setting_up' as const }),
@@ -122,9 +156,21 @@ export const sessionMachine = setup({
       deadline: null,
     }),
     recordIterationLimit: assign({
-      error: ({ context }) => `the agent reached its limit of ${context.maxIterations} iterations`,
+      error: ({ context }) => `the agent reached its limit of ${context.maxIterations} iterations; send a message to let it go on`,
+    }),
+    recordBudgetLimit: assign({
+      error: ({ context }) =>
+        `the agent spent $${context.spent.toFixed(4)}, its budget is $${(context.maxBudget ?? 0).toFixed(4)}; send a message to let it go on`,
+    }),
+    recordRetriesOut: assign({
+      error: ({ context, event }) =>
+        `rate limited ${context.rateLimits + 1} times in a row (${'reason' in event ? event.reason : 'rate limited'}); giving up`,
+      rateLimits: 0,
+      stepCause: null,
+      deadline: null,
     }),
     waitForRetry: assign({
+      rateLimits: ({ context }) => context.rateLimits + 1,
       deadline: ({ event }) => (event.type === 'agent.rate_limited' ? { name: 'retry' as const, at: event.retryAt } : null),
       error: ({ event }) => ('reason' in event ? event.reason : null),
       stepCause: null,
@@ -136,6 +182,8 @@ export const sessionMachine = setup({
   guards: {
     hasUnreadMessage: ({ context }) => context.unreadMessage,
     hasIterationsLeft: ({ context }) => context.iterations < context.maxIterations,
+    hasBudgetLeft: ({ context }) => context.maxBudget === null || context.spent < context.maxBudget,
+    hasRetriesLeft: ({ context }) => context.rateLimits < context.maxRateLimitRetries,
     hasPendingCommand: ({ context }) => context.pendingCommand !== null,
     hasNoPendingCommand: ({ context }) => context.pendingCommand === null,
     answersCurrentStep: ({ context, event }) =>
@@ -157,7 +205,11 @@ export const sessionMachine = setup({
   // made up much of a fold's cost). Real actors always get an input.
   context: ({ input }) => ({
     ...(input ?? NO_INPUT),
+    iterationBudget: (input ?? NO_INPUT).maxIterations,
+    budget: (input ?? NO_INPUT).maxBudget,
     iterations: 0,
+    spent: 0,
+    rateLimits: 0,
     unreadMessage: false,
     lastMessageId: null,
     stepCause: null,
@@ -238,8 +290,9 @@ export const sessionMachine = setup({
             next: {
               description: 'Decides whether the agent may take another step.',
               always: [
-                { guard: 'hasIterationsLeft', target: 'thinking' },
-                { target: '#session.active.error', actions: 'recordIterationLimit' },
+                { guard: and(['hasIterationsLeft', 'hasBudgetLeft']), target: 'thinking' },
+                { guard: 'hasBudgetLeft', target: '#session.active.error', actions: 'recordIterationLimit' },
+                { target: '#session.active.error', actions: 'recordBudgetLimit' },
               ],
             },
             thinking: {
@@ -247,24 +300,28 @@ export const sessionMachine = setup({
               entry: ['beginStep', 'askAgent'],
               on: {
                 'agent.message': [
-                  { guard: and(['answersCurrentStep', 'hasUnreadMessage']), target: 'next', actions: 'endStep' },
-                  { guard: 'answersCurrentStep', target: '#session.active.awaiting_user_input', actions: 'endStep' },
+                  { guard: and(['answersCurrentStep', 'hasUnreadMessage']), target: 'next', actions: ['endStep', 'resetRetries'] },
+                  { guard: 'answersCurrentStep', target: '#session.active.awaiting_user_input', actions: ['endStep', 'resetRetries'] },
                 ],
                 'agent.run': [
                   {
                     guard: and(['answersCurrentStep', 'needsConfirmation']),
                     target: '#session.active.awaiting_user_confirmation',
-                    actions: 'queueAgentCommand',
+                    actions: ['queueAgentCommand', 'resetRetries'],
                   },
-                  { guard: 'answersCurrentStep', target: 'executing', actions: 'queueAgentCommand' },
+                  { guard: 'answersCurrentStep', target: 'executing', actions: ['queueAgentCommand', 'resetRetries'] },
                 ],
-                'agent.finish': { guard: 'answersCurrentStep', target: '#session.active.finished', actions: 'endStep' },
+                'agent.finish': { guard: 'answersCurrentStep', target: '#session.active.finished', actions: ['endStep', 'resetRetries'] },
                 'agent.failed': { guard: 'answersCurrentStep', target: '#session.active.error', actions: 'recordFailure' },
-                'agent.rate_limited': {
-                  guard: 'answersCurrentStep',
-                  target: '#session.active.rate_limited',
-                  actions: 'waitForRetry',
-                },
+                'agent.usage': { actions: 'addCost' },
+                'agent.rate_limited': [
+                  {
+                    guard: and(['answersCurrentStep', 'hasRetriesLeft']),
+                    target: '#session.active.rate_limited',
+                    actions: 'waitForRetry',
+                  },
+                  { guard: 'answersCurrentStep', target: '#session.active.error', actions: 'recordRetriesOut' },
+                ],
               },
             },
             executing: {

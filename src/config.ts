@@ -23,6 +23,11 @@ export const ConfigSchema = z.object({
   TETHER_START_TIMEOUT_MS: positiveInt.default(60_000),
   TETHER_SNAPSHOT_EVERY: positiveInt.default(200),
   TETHER_REHYDRATE_CONCURRENCY: positiveInt.default(8),
+  TETHER_LLM_BASE_URL: z.url().optional(),
+  TETHER_LLM_MODEL: z.string().min(1).default('gpt-4o-mini'),
+  TETHER_LLM_API_KEY: z.string().min(1).optional(),
+  TETHER_LLM_PRICE_PROMPT: z.coerce.number().min(0).default(0),
+  TETHER_LLM_PRICE_COMPLETION: z.coerce.number().min(0).default(0),
   TETHER_AGENT_DELAY_MS: z.coerce.number().int().min(0).default(0),
   TETHER_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
@@ -40,6 +45,8 @@ export interface Config {
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
   limits: SessionLimits;
   agentDelayMs: number;
+  /** Set when an OpenAI-compatible endpoint is configured; the scripted agent answers otherwise. */
+  llm: { baseUrl: string; model: string; apiKey: string; pricing: { promptUsdPerMillion: number; completionUsdPerMillion: number } } | null;
 }
 
 export class ConfigError extends Error {
@@ -67,6 +74,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,
     agentDelayMs: c.TETHER_AGENT_DELAY_MS,
+    llm:
+      c.TETHER_LLM_BASE_URL === undefined
+        ? null
+        : {
+            baseUrl: c.TETHER_LLM_BASE_URL,
+            model: c.TETHER_LLM_MODEL,
+            apiKey: c.TETHER_LLM_API_KEY ?? '',
+            pricing: { promptUsdPerMillion: c.TETHER_LLM_PRICE_PROMPT, completionUsdPerMillion: c.TETHER_LLM_PRICE_COMPLETION },
+          },
     limits: {
       closeDelayMs: c.TETHER_CLOSE_DELAY_MS,
       idleMs: c.TETHER_IDLE_MS,

@@ -1,7 +1,17 @@
 import type { StoredEvent } from '../protocol/index.ts';
 
-/** The agent's next move. */
-export type AgentAction =
+/** What producing an action cost (stored as an `agent_usage` event before the action). */
+export interface AgentUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  /** USD, 0 when no price is configured. */
+  cost: number;
+}
+
+/** The agent's next move, with what it cost when an LLM produced it. */
+export type AgentAction = AgentMove & { usage?: AgentUsage };
+
+export type AgentMove =
   /** Say something and wait for the user. */
   | { type: 'message'; content: string }
   /** Run a shell command in the conversation's runtime; its output comes back as an observation. */

@@ -1,4 +1,4 @@
-export type { Agent, AgentAction, AgentStepInput } from './agent.ts';
+export type { Agent, AgentAction, AgentMove, AgentStepInput, AgentUsage } from './agent.ts';
 export { ScriptedAgent, scriptedAgent } from './scriptedAgent.ts';
 export { LlmAgent, llmAgent, type LlmAgentOptions, type LlmPricing, type LlmUsage } from './llmAgent.ts';
 export {
@@ -22,3 +22,4 @@ export {
   type AssistantReply,
 } from './llmMessages.ts';
 export { rateCommand, riskRule, HIGH_RISK_RULES, type Risk } from './riskAnalyzer.ts';
+export { replayable, trajectoryActions } from './replayAgent.ts';

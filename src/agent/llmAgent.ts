@@ -98,8 +98,8 @@ export class LlmAgent implements Agent {
     const messages = toChatMessages(history, { maxOutputChars: this.#options.maxOutputChars });
     const completion = await this.#complete(messages, signal);
     const action = toAgentAction(completion.choices[0]!.message);
-    this.#record(conversationId, completion);
-    return action;
+    const usage = this.#record(conversationId, completion);
+    return usage ? { ...action, usage: { prompt_tokens: usage.promptTokens, completion_tokens: usage.completionTokens, cost: usage.costUsd ?? 0 } } : action;
   }
 
   async #complete(messages: ChatMessage[], signal: AbortSignal | undefined): Promise<ChatCompletion> {
@@ -141,9 +141,9 @@ export class LlmAgent implements Agent {
       // An invalid header value is reported with the value itself: such a cause is dropped.
       return { status: null, detail, ...(detail === networkDetail(err) && { cause: err }) };
     }
-    if (response.ok) return parseCompletion(text);
+    if (response.ok) return parseCompletion(text, (t) => this.#redact(t));
     const status = response.status;
-    const detail = this.#redact(providerMessage(text));
+    const detail = providerMessage(this.#redact(text));
     if (status === 401 || status === 403) throw new LlmAuthenticationError(status);
     if (status === 429) {
       if (/insufficient_quota/.test(text)) throw new LlmQuotaExceededError(detail);
@@ -172,8 +172,8 @@ export class LlmAgent implements Agent {
     return key ? text.split(key).join('[redacted]') : text;
   }
 
-  #record(conversationId: string, completion: ChatCompletion): void {
-    if (!completion.usage) return;
+  #record(conversationId: string, completion: ChatCompletion): LlmUsage | undefined {
+    if (!completion.usage) return undefined;
     const { prompt_tokens: promptTokens, completion_tokens: completionTokens } = completion.usage;
     const pricing = this.#options.pricing;
     const usage: LlmUsage = {
@@ -187,6 +187,7 @@ export class LlmAgent implements Agent {
     };
     this.#lastUsage = usage;
     this.#options.onUsage?.(usage);
+    return usage;
   }
 }
 
@@ -198,12 +199,13 @@ function isTransient(outcome: ChatCompletion | Transient): outcome is Transient 
   return !('choices' in outcome);
 }
 
-function parseCompletion(text: string): ChatCompletion {
+/** `redact` cleans the body before it is quoted; JSON.parse's own error quotes it raw, so it is not kept. */
+function parseCompletion(text: string, redact: (text: string) => string): ChatCompletion {
   let json: unknown;
   try {
     json = JSON.parse(text);
-  } catch (err) {
-    throw new LlmResponseError('the body is not JSON', { cause: err });
+  } catch {
+    throw new LlmResponseError(`the body is not JSON: ${JSON.stringify(clip(redact(text.trim()), 100))}`);
   }
   const parsed = ChatCompletion.safeParse(json);
   if (!parsed.success) throw new LlmResponseError('it is not a chat completion with a message', { cause: parsed.error });
@@ -231,6 +233,6 @@ function networkDetail(err: unknown): string {
   return cause ? `${err.message} (${typeof code === 'string' ? `${code}: ` : ''}${cause.message})` : err.message;
 }
 
-function clip(text: string): string {
-  return text.length > 300 ? `${text.slice(0, 300)}…` : text;
+function clip(text: string, max = 300): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
 }

@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { scriptedAgent } from '../agent/index.ts';
+import { llmAgent, scriptedAgent } from '../agent/index.ts';
 import { loadConfig } from '../config.ts';
 import { findRunningNats } from './openStore.ts';
 import { errorFields, jsonLogger } from '../logger.ts';
@@ -60,6 +60,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   const log = await jetStreamEventLog(nc);
   const conversations = await kvConversationStore(nc);
   const snapshots = await kvSnapshotStore(nc);
+  const agent = config.llm ? llmAgent(config.llm) : scriptedAgent({ delayMs: config.agentDelayMs });
+  logger.info('agent', config.llm ? { kind: 'llm', base_url: config.llm.baseUrl, model: config.llm.model } : { kind: 'scripted' });
   const manager = new SessionManager({
     log,
     conversations,
@@ -70,7 +72,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
       commandTimeoutMs: config.commandTimeoutMs,
       outputCapBytes: config.outputCapBytes,
     }),
-    agentFor: () => scriptedAgent({ delayMs: config.agentDelayMs }),
+    agentFor: () => agent,
     logger,
     commandTimeoutMs: config.commandTimeoutMs,
   });

@@ -26,6 +26,16 @@ export const ConversationCreatedData = z.object({
   instructions: z.string().optional(),
   secret_names: z.array(z.string()).describe('Names only; values never reach the log.'),
   replay: z.boolean(),
+  replay_actions: z
+    .array(
+      z.discriminatedUnion('type', [
+        z.object({ type: z.literal('message'), content: z.string() }),
+        z.object({ type: z.literal('run'), command: z.string() }),
+        z.object({ type: z.literal('finish'), content: z.string() }),
+      ]),
+    )
+    .optional()
+    .describe("A recorded trajectory's agent actions, replayed in order instead of asking the agent."),
   start_timeout_ms: z
     .number()
     .int()
@@ -83,6 +93,17 @@ export const StoredEvent = z
         message: z.string(),
         retry_at: z.iso.datetime().optional().describe('When a rate-limited step is tried again.'),
       }),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('agent_usage'),
+      data: z
+        .object({
+          prompt_tokens: z.number().int().min(0),
+          completion_tokens: z.number().int().min(0),
+          cost: z.number().min(0).describe('USD, by the configured price per token.'),
+        })
+        .describe("What the agent's last LLM call used; stored before the action it produced."),
     }),
     z.object({
       ...envelope,

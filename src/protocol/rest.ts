@@ -19,7 +19,10 @@ export const CreateConversationBody = z
       )
       .default({}),
     instructions: z.string().max(MAX_MESSAGE_CHARS).optional(),
-    replay: z.array(LoggedEvent).optional(),
+    /** A recorded trajectory: what `GET /api/conversations/:id/events` answers, or just its `items`. */
+    replay: z
+      .union([z.array(LoggedEvent), z.object({ items: z.array(LoggedEvent) }).transform((page) => page.items)])
+      .optional(),
   })
   .strict();
 export type CreateConversationBody = z.infer<typeof CreateConversationBody>;

@@ -1,5 +1,6 @@
 import type { Deadline, PendingCommand, SessionSnapshot } from '../../machines/index.ts';
-import { rateCommand, type Agent, type AgentAction } from '../agent/index.ts';
+import { LlmAuthenticationError, LlmRateLimitError, rateCommand, type Agent, type AgentAction } from '../agent/index.ts';
+import { TetherError } from '../errors.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { NewEvent, StatusFrame, StoredEvent } from '../protocol/index.ts';
 import type { CommandResult, Runtime, RuntimeProvider } from '../runtime/index.ts';
@@ -38,6 +39,8 @@ const STATUS = {
   settingUp: { level: 'info', id: 'STATUS$SETTING_UP_WORKSPACE', message: 'Setting up the workspace...' },
   connected: { level: 'info', id: 'STATUS$RUNTIME_CONNECTED', message: 'The runtime is ready.' },
   failed: { level: 'error', id: 'STATUS$ERROR_RUNTIME_DISCONNECTED', message: 'The runtime is not available.' },
+  llmAuthentication: { level: 'error', id: 'STATUS$ERROR_LLM_AUTHENTICATION', message: 'The LLM refused the API key.' },
+  rateLimited: { level: 'warning', id: 'STATUS$LLM_RATE_LIMITED', message: 'The LLM is rate limiting; the step is tried again shortly.' },
 } as const satisfies Record<string, Omit<StatusFrame, 'type'>>;
 
 /**
@@ -220,12 +223,29 @@ export class SessionEffects {
       });
     } catch (err) {
       if (this.#abort.signal.aborted) return;
-      const message = `the agent failed: ${errorFields(err).error}`;
-      await this.#host.submit({ source: 'agent', type: 'agent_error', data: { code: 'AGENT_FAILED', message }, cause });
+      await this.#host.submit(this.#agentFailure(err, cause));
       return;
     }
     if (this.#abort.signal.aborted) return;
+    if (action.usage) await this.#host.submit({ source: 'agent', type: 'agent_usage', data: action.usage });
     await this.#host.submit(agentEvent(action, cause));
+  }
+
+  /**
+   * A failed step as a stored fact. A rate limit carries when to try again
+   * (the machine waits in rate_limited, then retries, up to its limit); a bad
+   * key tells the clients; anything else puts the agent in error with the reason.
+   */
+  #agentFailure(err: unknown, cause: number): NewEvent {
+    const code = err instanceof TetherError ? err.code : 'AGENT_FAILED';
+    const message = `the agent failed: ${errorFields(err).error}`;
+    if (err instanceof LlmRateLimitError) {
+      const retryAt = new Date(this.#deps.clock().getTime() + err.retryAfterMs).toISOString();
+      this.#status(STATUS.rateLimited);
+      return { source: 'agent', type: 'agent_error', data: { code, message, retry_at: retryAt }, cause };
+    }
+    if (err instanceof LlmAuthenticationError) this.#status(STATUS.llmAuthentication);
+    return { source: 'agent', type: 'agent_error', data: { code, message }, cause };
   }
 
   async #runCommand(commandId: number, command: string): Promise<void> {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pLimit, { type LimitFunction } from 'p-limit';
-import type { Agent } from '../agent/index.ts';
+import { replayable, trajectoryActions, type Agent } from '../agent/index.ts';
 import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type {
   AgentState,
@@ -109,6 +109,7 @@ export class SessionManager {
         ...(body.instructions !== undefined && { instructions: body.instructions }),
         secret_names: Object.keys(body.secrets),
         replay: body.replay !== undefined,
+        ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
         start_timeout_ms: this.limits.startTimeoutMs,
       },
     });
@@ -294,7 +295,7 @@ export class SessionManager {
       snapshots: this.#deps.snapshots,
       snapshotEvery: this.limits.snapshotEvery,
       startWaitMs: this.limits.startTimeoutMs,
-      agent: this.#deps.agentFor(conversationId),
+      agent: replayable(this.#deps.agentFor(conversationId)),
       runtimes: this.#deps.runtimes,
       clock: this.#clock,
       logger: this.#logger,

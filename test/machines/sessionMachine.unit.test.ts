@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { initialTransition, transition } from 'xstate';
 import { agentStateOf, sessionMachine, type SessionEvent, type SessionSnapshot } from '../../machines/index.ts';
 
-const input = { conversationId: 'c1', user: 'u', maxIterations: 3, confirmationMode: false, startDeadline: null };
+const input = { conversationId: 'c1', user: 'u', maxIterations: 3, maxBudget: null, maxRateLimitRetries: 2, confirmationMode: false, startDeadline: null };
 
 function actionTypes(actions: Array<{ type: string }>): string[] {
   return actions.map((a) => a.type).filter((t) => !t.startsWith('xstate.'));

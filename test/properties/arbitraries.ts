@@ -135,6 +135,8 @@ export const machineInput: fc.Arbitrary<SessionInput> = fc.record({
   conversationId: fc.constant('c1'),
   user: fc.constant('u'),
   maxIterations: fc.integer({ min: 1, max: 6 }),
+  maxBudget: fc.option(fc.constantFrom(0.5, 1, 2), { nil: null }),
+  maxRateLimitRetries: fc.integer({ min: 0, max: 3 }),
   confirmationMode: fc.boolean(),
   startDeadline: fc.option(fc.constant(5_000), { nil: null }),
 });
@@ -176,6 +178,7 @@ export function machineEventCandidates(snapshot: SessionSnapshot, eventId: numbe
       { type: 'agent.finish', eventId, cause },
       { type: 'agent.failed', eventId, cause, reason: 'the agent failed: boom' },
       { type: 'agent.rate_limited', eventId, cause, reason: 'slow down', retryAt: eventId * 1_000 },
+      { type: 'agent.usage', eventId, cost: 0.3 },
     ),
     ...of('command', { type: 'command.finished', eventId, cause }),
     ...of('deadline', { type: 'deadline.passed', eventId, name: step.deadline, at, reason: 'deadline' }),

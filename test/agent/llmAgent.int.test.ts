@@ -1,0 +1,408 @@
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { inspect, promisify } from 'node:util';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  llmAgent,
+  LlmAuthenticationError,
+  LlmQuotaExceededError,
+  LlmRateLimitError,
+  LlmRequestError,
+  LlmResponseError,
+  LlmServerError,
+  type AgentAction,
+  type LlmAgentOptions,
+  type LlmUsage,
+} from '../../src/agent/index.ts';
+import { StoredEvent } from '../../src/protocol/index.ts';
+import { failure, startFakeLlmServer, text, toolCall, type FakeLlmServer, type FakeReply } from '../support/fakeLlmServer.ts';
+
+const KEY = 'sk-test-DO-NOT-LEAK-4f9c1e77';
+/** Every 8-character piece of the key: an error must not hold even part of it. */
+const keyPieces = Array.from({ length: KEY.length - 7 }, (_, i) => KEY.slice(i, i + 8));
+
+type Draft = Pick<StoredEvent, 'source' | 'type' | 'data'> & { cause?: number };
+
+/** Valid stored events with dense ids, as the log would stamp them. */
+function history(...drafts: Draft[]): StoredEvent[] {
+  return drafts.map((draft, id) =>
+    StoredEvent.parse({ v: 1, id, conversation_id: 'c1', ts: '2025-01-01T00:00:00.000Z', ...draft }),
+  );
+}
+
+const created = (instructions?: string): Draft => ({
+  source: 'user',
+  type: 'conversation_created',
+  data: { user: 'local', confirmation_mode: false, max_iterations: 10, secret_names: [], replay: false, ...(instructions !== undefined && { instructions }) },
+});
+const userSays = (content: string): Draft => ({ source: 'user', type: 'message', data: { content } });
+const agentSays = (content: string): Draft => ({ source: 'agent', type: 'message', data: { content } });
+const agentFinishes = (content: string): Draft => ({ source: 'agent', type: 'finish', data: { content } });
+const runs = (source: 'agent' | 'user', command: string): Draft => ({ source, type: 'command', data: { command } });
+const output = (cause: number, command: string, out: string, exit_code: number | null = 0): Draft => ({
+  source: 'environment',
+  type: 'command_output',
+  cause,
+  data: { command, exit_code, output: out, timed_out: false, truncated: false },
+});
+const stateChanged: Draft = { source: 'environment', type: 'agent_state_changed', data: { state: 'running' } };
+
+let server: FakeLlmServer;
+let workspace: string;
+
+beforeEach(async () => {
+  server = await startFakeLlmServer();
+  workspace = await mkdtemp(join(tmpdir(), 'tether-llm-agent-'));
+});
+
+afterEach(async () => {
+  await server.close();
+  await rm(workspace, { recursive: true, force: true });
+});
+
+function agent(options: Partial<LlmAgentOptions> = {}) {
+  return llmAgent({ baseUrl: server.baseUrl, model: 'fake-model', apiKey: KEY, retryBaseMs: 1, ...options });
+}
+
+async function stepWith(reply: FakeReply, events: StoredEvent[] = history(created(), userSays('hi'))): Promise<AgentAction> {
+  server.enqueue(reply);
+  return agent().step({ conversationId: 'c1', history: events });
+}
+
+async function failWith(options: Partial<LlmAgentOptions>, ...replies: FakeReply[]): Promise<unknown> {
+  server.enqueue(...replies);
+  return agent(options)
+    .step({ conversationId: 'c1', history: history(created(), userSays('hi')) })
+    .then((action) => expect.fail(`expected a rejection, got ${JSON.stringify(action)}`), (err: unknown) => err);
+}
+
+/** Runs a generated command the way a runtime would: bash, in the workspace. */
+async function bash(command: string): Promise<string> {
+  const { stdout } = await promisify(execFile)('bash', ['--noprofile', '--norc', '-c', command], { cwd: workspace });
+  return stdout;
+}
+
+async function commandOf(reply: FakeReply): Promise<string> {
+  const action = await stepWith(reply);
+  if (action.type !== 'run') throw new Error(`expected a run action, got ${JSON.stringify(action)}`);
+  return action.command;
+}
+
+describe('llmAgent requests', () => {
+  it('posts the model, the five tools and tool_choice auto to /chat/completions with the key as a bearer token', async () => {
+    await stepWith(text('hello'));
+    const [request] = server.requests;
+    expect(request?.method).toBe('POST');
+    expect(request?.url).toBe('/v1/chat/completions');
+    expect(request?.headers.authorization).toBe(`Bearer ${KEY}`);
+    expect(request?.body.model).toBe('fake-model');
+    expect(request?.body.tool_choice).toBe('auto');
+    const names = request?.body.tools.map((t: { type: string; function: { name: string } }) => `${t.type}:${t.function.name}`);
+    expect(names).toEqual(['function:run_command', 'function:read_file', 'function:write_file', 'function:ask_user', 'function:finish']);
+  });
+
+  it('accepts a base URL with a trailing slash', async () => {
+    server.enqueue(text('hello'));
+    await llmAgent({ baseUrl: `${server.baseUrl}/`, model: 'm', apiKey: KEY }).step({ conversationId: 'c1', history: history(created()) });
+    expect(server.requests[0]?.url).toBe('/v1/chat/completions');
+  });
+});
+
+describe('llmAgent turns replies into actions', () => {
+  it('turns a run_command call into a run action with the command as given', async () => {
+    expect(await stepWith(toolCall('run_command', { command: 'ls -la | wc -l' }))).toEqual({ type: 'run', command: 'ls -la | wc -l' });
+  });
+
+  it('turns a read_file call into a command that prints the file, whatever its name', async () => {
+    const name = `-odd 'name' "$HOME" \`x\`.txt`;
+    await writeFile(join(workspace, name), 'the content\n');
+    const command = await commandOf(toolCall('read_file', { path: name }));
+    expect(await bash(command)).toBe('the content\n');
+  });
+
+  const nasty: [string, string][] = [
+    ['quotes', `it's a "quoted" 'string' with '\\'' inside`],
+    ['expansions', '$HOME ${PATH} $(echo pwned) `echo pwned` $((1+1)) !! ~'],
+    ['delimiter-like lines', "line\nEOF\nTETHER_EOF\n'EOF'\nEOF"],
+    ['no trailing newline', 'last line without newline'],
+    ['trailing and leading newlines', '\n\nbody\n\n\n'],
+    ['printf escapes', 'back\\slash \\n %s %d %% \\x41 \\0'],
+    ['option-like content', '-n'],
+    ['empty content', ''],
+    ['unicode, tabs and CRLF', 'héllo ✓ 日本語 🎉\ttab\r\ncrlf\r\n'],
+  ];
+
+  it.each(nasty)('writes content with %s byte for byte through write_file', async (_label, content) => {
+    const path = `new dir/it's "odd" $x/file.txt`;
+    const command = await commandOf(toolCall('write_file', { path, content }));
+    await bash(command);
+    expect(await readFile(join(workspace, path), 'utf8')).toBe(content);
+  });
+
+  it('replaces an existing file through write_file instead of appending to it', async () => {
+    await mkdir(dirname(join(workspace, 'a/b.txt')), { recursive: true });
+    await writeFile(join(workspace, 'a/b.txt'), 'old content that is longer');
+    await bash(await commandOf(toolCall('write_file', { path: 'a/b.txt', content: 'new' })));
+    expect(await readFile(join(workspace, 'a/b.txt'), 'utf8')).toBe('new');
+  });
+
+  it('turns ask_user into a message that waits for the user', async () => {
+    expect(await stepWith(toolCall('ask_user', { question: 'Which branch?' }))).toEqual({ type: 'message', content: 'Which branch?' });
+  });
+
+  it('turns finish into a finish action with its message', async () => {
+    expect(await stepWith(toolCall('finish', { message: 'All tests pass.' }))).toEqual({ type: 'finish', content: 'All tests pass.' });
+  });
+
+  it('turns a plain text reply into a message', async () => {
+    expect(await stepWith(text('  Hello there.  '))).toEqual({ type: 'message', content: 'Hello there.' });
+  });
+
+  it('acts on the first tool call when the model makes several', async () => {
+    const reply: FakeReply = {
+      json: {
+        choices: [
+          {
+            message: {
+              role: 'assistant',
+              content: null,
+              tool_calls: [
+                { id: 'a', type: 'function', function: { name: 'run_command', arguments: '{"command":"first"}' } },
+                { id: 'b', type: 'function', function: { name: 'run_command', arguments: '{"command":"second"}' } },
+              ],
+            },
+          },
+        ],
+      },
+    };
+    expect(await stepWith(reply)).toEqual({ type: 'run', command: 'first' });
+  });
+
+  it('reports token usage and its cost for each step', async () => {
+    const seen: LlmUsage[] = [];
+    server.enqueue(toolCall('finish', { message: 'ok' }, { prompt_tokens: 1_000, completion_tokens: 200 }));
+    const llm = agent({ pricing: { promptUsdPerMillion: 2, completionUsdPerMillion: 10 }, onUsage: (u) => seen.push(u) });
+    expect(llm.lastUsage).toBeNull();
+    await llm.step({ conversationId: 'c7', history: history(created()) });
+    const expected = { conversationId: 'c7', model: 'fake-model', promptTokens: 1_000, completionTokens: 200, costUsd: 0.004 };
+    expect(seen).toEqual([expected]);
+    expect(llm.lastUsage).toEqual(expected);
+  });
+});
+
+describe('llmAgent maps history to chat messages', () => {
+  it("puts the conversation's instructions in the system prompt", async () => {
+    await stepWith(text('ok'), history(created('Always answer in French.'), userSays('hi')));
+    const [system] = server.requests[0]?.body.messages;
+    expect(system.role).toBe('system');
+    expect(system.content).toContain('Instructions for this conversation:\nAlways answer in French.');
+  });
+
+  it('sends each agent command as a tool call followed by its own output, and user commands as notes', async () => {
+    const events = history(
+      created(), // 0
+      userSays('count the files'), // 1
+      stateChanged, // 2
+      runs('agent', 'ls | wc -l'), // 3
+      output(3, 'ls | wc -l', '42\n'), // 4
+      agentSays('There are 42.'), // 5
+      runs('user', 'touch x'), // 6
+      output(6, 'touch x', ''), // 7
+      runs('agent', 'make'), // 8
+      userSays('also run the tests'), // 9: arrives while make runs
+      output(8, 'make', 'boom', 2), // 10
+      agentFinishes('make failed'), // 11
+    );
+    await stepWith(text('ok'), events);
+    const [, ...messages] = server.requests[0]?.body.messages;
+    expect(messages).toEqual([
+      { role: 'user', content: 'count the files' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_3', type: 'function', function: { name: 'run_command', arguments: '{"command":"ls | wc -l"}' } }] },
+      { role: 'tool', tool_call_id: 'call_3', content: 'Exit code: 0\nOutput:\n42\n' },
+      { role: 'assistant', content: 'There are 42.' },
+      { role: 'user', content: '[workspace] I ran this command myself:\n```\ntouch x\n```' },
+      { role: 'user', content: '[workspace] Result of my command `touch x`:\nExit code: 0\n(no output)' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_8', type: 'function', function: { name: 'run_command', arguments: '{"command":"make"}' } }] },
+      { role: 'tool', tool_call_id: 'call_8', content: 'Exit code: 2\nOutput:\nboom' },
+      { role: 'user', content: 'also run the tests' },
+      { role: 'assistant', content: 'make failed' },
+    ]);
+  });
+
+  it('answers a command whose output was never recorded with a placeholder result', async () => {
+    await stepWith(text('ok'), history(created(), userSays('go'), runs('agent', 'sleep 100'), userSays('hello?')));
+    const messages = server.requests[0]?.body.messages;
+    expect(messages.slice(-2)).toEqual([
+      { role: 'tool', tool_call_id: 'call_2', content: 'No result was recorded for this command.' },
+      { role: 'user', content: 'hello?' },
+    ]);
+  });
+
+  it('shortens a long output in the middle, keeping its start and its end', async () => {
+    const long = `START${'x'.repeat(50_000)}END`;
+    server.enqueue(text('ok'));
+    await agent({ maxOutputChars: 1_000 }).step({
+      conversationId: 'c1',
+      history: history(created(), userSays('go'), runs('agent', 'cat big'), output(2, 'cat big', long)),
+    });
+    const tool = server.requests[0]?.body.messages.at(-1);
+    expect(tool.content.startsWith('Exit code: 0\nOutput:\nSTART')).toBe(true);
+    expect(tool.content.endsWith('END')).toBe(true);
+    expect(tool.content).toContain(`[... ${long.length - 1_000} characters left out ...]`);
+    expect(tool.content.length).toBeLessThan(1_200);
+  });
+
+  it('sends the same messages for the same history', async () => {
+    const events = history(created('be brief'), userSays('go'), runs('agent', 'ls'), output(2, 'ls', 'a\nb\n'));
+    await stepWith(text('one'), events);
+    await stepWith(text('two'), events);
+    expect(server.requests[1]?.body.messages).toEqual(server.requests[0]?.body.messages);
+  });
+});
+
+describe('llmAgent errors', () => {
+  it.each([401, 403])('throws LlmAuthenticationError on HTTP %i without retrying', async (status) => {
+    const err = await failWith({ maxRetries: 3 }, failure(status));
+    expect(err).toBeInstanceOf(LlmAuthenticationError);
+    expect(err).toMatchObject({ name: 'LlmAuthenticationError', code: 'LLM_AUTHENTICATION', status });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it.each<[string, Record<string, string>, number]>([
+    ['Retry-After seconds', { 'retry-after': '7' }, 7_000],
+    ['retry-after-ms', { 'retry-after-ms': '250', 'retry-after': '9' }, 250],
+    ['a Retry-After date', { 'retry-after': 'Wed, 01 Jan 2025 00:00:30 GMT' }, 30_000],
+    ['no header', {}, 1_000],
+  ])('throws LlmRateLimitError on 429 at once, waiting as %s says', async (_label, headers, retryAfterMs) => {
+    const now = () => Date.parse('2025-01-01T00:00:00Z');
+    const err = await failWith({ maxRetries: 3, now }, failure(429, headers));
+    expect(err).toBeInstanceOf(LlmRateLimitError);
+    expect(err).toMatchObject({ code: 'LLM_RATE_LIMITED', retryAfterMs });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('throws LlmQuotaExceededError on a 429 that says the quota is used up', async () => {
+    const err = await failWith({}, failure(429, { 'retry-after': '1' }, 'You exceeded your current quota', 'insufficient_quota'));
+    expect(err).toBeInstanceOf(LlmQuotaExceededError);
+    expect(err).toMatchObject({ code: 'LLM_QUOTA_EXCEEDED' });
+  });
+
+  it('retries server errors with backoff and returns the action of the first success', async () => {
+    server.enqueue(failure(500), failure(503), toolCall('run_command', { command: 'ls' }));
+    const action = await agent({ maxRetries: 3 }).step({ conversationId: 'c1', history: history(created(), userSays('hi')) });
+    expect(action).toEqual({ type: 'run', command: 'ls' });
+    expect(server.requests).toHaveLength(3);
+  });
+
+  it('retries a dropped connection', async () => {
+    server.enqueue({ drop: true }, text('back'));
+    expect(await agent().step({ conversationId: 'c1', history: history(created()) })).toEqual({ type: 'message', content: 'back' });
+    expect(server.requests).toHaveLength(2);
+  });
+
+  it('throws LlmServerError once maxRetries retries have failed', async () => {
+    const err = await failWith({ maxRetries: 2 }, failure(500), failure(502), failure(500), text('never reached'));
+    expect(err).toBeInstanceOf(LlmServerError);
+    expect(err).toMatchObject({ code: 'LLM_SERVER_ERROR', status: 500, attempts: 3 });
+    expect((err as Error).message).toContain('fake failure 500');
+    expect(server.requests).toHaveLength(3);
+  });
+
+  it('gives up on an attempt after timeoutMs and counts it as a server failure', async () => {
+    const err = await failWith({ maxRetries: 1, timeoutMs: 200 }, { hang: true }, { hang: true });
+    expect(err).toBeInstanceOf(LlmServerError);
+    expect(err).toMatchObject({ status: null, attempts: 2 });
+    expect((err as Error).message).toContain('timed out');
+  });
+
+  it('throws LlmRequestError with the provider message on another 4xx, without retrying', async () => {
+    const err = await failWith({ maxRetries: 3 }, failure(400, {}, "This model's maximum context length is 8192 tokens"));
+    expect(err).toBeInstanceOf(LlmRequestError);
+    expect(err).toMatchObject({ code: 'LLM_REQUEST_REJECTED', status: 400 });
+    expect((err as Error).message).toContain('maximum context length is 8192 tokens');
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it.each<[string, FakeReply]>([
+    ['a body that is not JSON', { raw: '<html>gateway</html>' }],
+    ['JSON without choices', { json: { object: 'chat.completion' } }],
+    ['an empty reply', text('   ')],
+    ['a call of an unknown tool', toolCall('delete_everything', {})],
+    ['arguments that are not JSON', { json: { choices: [{ message: { tool_calls: [{ function: { name: 'run_command', arguments: '{"command":' } }] } }] } }],
+    ['write_file without a path', toolCall('write_file', { content: 'x' })],
+  ])('throws LlmResponseError on %s', async (_label, reply) => {
+    const err = await failWith({ maxRetries: 3 }, reply);
+    expect(err).toBeInstanceOf(LlmResponseError);
+    expect(err).toMatchObject({ name: 'LlmResponseError', code: 'LLM_BAD_RESPONSE' });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it.each<[string, Partial<LlmAgentOptions>, FakeReply[]]>([
+    ['401', {}, [failure(401, {}, `Incorrect API key provided: ${KEY}`)]],
+    ['429', {}, [failure(429, {}, `slow down, ${KEY}`)]],
+    ['400', {}, [failure(400, {}, `bad request from ${KEY}`)]],
+    ['500', { maxRetries: 0 }, [failure(500, {}, `crashed handling ${KEY}`)]],
+    ['a raw 502', { maxRetries: 0 }, [{ status: 502, raw: `upstream said ${KEY}` }]],
+    ['a dropped connection', { maxRetries: 0 }, [{ drop: true }]],
+    ['a malformed answer', {}, [{ raw: `{"choices": ${KEY}}` }]],
+    ['a malformed answer with a long body', {}, [{ raw: `${'x'.repeat(500)} ${KEY}` }]],
+    ['a 400 whose message is cut inside the key', {}, [failure(400, {}, `${'x'.repeat(290)}${KEY}`)]],
+  ])('never puts the API key in the error of %s, even when the provider echoes it', async (_label, options, replies) => {
+    const err = await failWith(options, ...replies);
+    expect(err).toBeInstanceOf(Error);
+    const everything = `${inspect(err, { depth: 10 })}\n${JSON.stringify(err)}`;
+    expect(keyPieces.filter((piece) => everything.includes(piece))).toEqual([]);
+    expect(server.requests[0]?.headers.authorization).toBe(`Bearer ${KEY}`);
+  });
+
+  it('shows that the key was redacted where a provider echoed it', async () => {
+    const err = await failWith({}, failure(400, {}, `bad request from ${KEY}`));
+    expect((err as Error).message).toContain('bad request from [redacted]');
+  });
+});
+
+describe('llmAgent cancellation', () => {
+  it('rejects promptly when aborted during the backoff, without another attempt', async () => {
+    const controller = new AbortController();
+    let answered!: () => void;
+    const responded = new Promise<void>((resolve) => (answered = resolve));
+    // Reads the answer before handing it over, so the abort lands in the backoff that follows.
+    const fetchAndSignal: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      const body = await res.text();
+      answered();
+      return new Response(body, { status: res.status, headers: res.headers });
+    };
+    server.enqueue(failure(500), text('too late'));
+    const started = Date.now();
+    const step = agent({ retryBaseMs: 60_000, maxRetries: 3, fetch: fetchAndSignal }).step({
+      conversationId: 'c1',
+      history: history(created()),
+      signal: controller.signal,
+    });
+    await responded;
+    setTimeout(() => controller.abort(), 20);
+    await expect(step).rejects.toMatchObject({ name: 'AbortError' });
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('aborts a request in flight', async () => {
+    const controller = new AbortController();
+    server.enqueue({ hang: true });
+    const step = agent({ timeoutMs: 60_000 }).step({ conversationId: 'c1', history: history(created()), signal: controller.signal });
+    await server.received(1);
+    controller.abort();
+    await expect(step).rejects.toMatchObject({ name: 'AbortError' });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('makes no request when the signal is already aborted', async () => {
+    await expect(
+      agent().step({ conversationId: 'c1', history: history(created()), signal: AbortSignal.abort() }),
+    ).rejects.toMatchObject({ name: 'AbortError' });
+    expect(server.requests).toHaveLength(0);
+  });
+});

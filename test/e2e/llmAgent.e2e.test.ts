@@ -1,0 +1,109 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import { failure, startFakeLlmServer, text, toolCall, type FakeLlmServer } from '../support/fakeLlmServer.ts';
+import { allEvents, eventually, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+
+const KEY = 'sk-test-e2e-DO-NOT-LEAK-91ab';
+const usage = { prompt_tokens: 1000, completion_tokens: 100 };
+
+let llm: FakeLlmServer;
+let server: ServerProcess;
+
+beforeAll(async () => {
+  llm = await startFakeLlmServer();
+  server = await startServer({
+    env: { TETHER_LLM_BASE_URL: llm.baseUrl, TETHER_LLM_API_KEY: KEY, TETHER_LLM_MODEL: 'fake-model', TETHER_LLM_PRICE_PROMPT: '1' },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await server?.stop();
+  await llm?.close();
+});
+
+async function create(body: Record<string, unknown>): Promise<string> {
+  const created = await http<{ conversation_id: string }>(server.baseUrl, 'POST', '/api/conversations', body);
+  expect(created.status).toBe(201);
+  return created.body.conversation_id;
+}
+
+function lastState(events: LoggedEvent[]): string | undefined {
+  const facts = events.filter((e) => e.event.type === 'agent_state_changed');
+  const last = facts.at(-1)?.event;
+  return last?.type === 'agent_state_changed' ? last.data.state : undefined;
+}
+
+async function untilState(id: string, state: string): Promise<LoggedEvent[]> {
+  return eventually(async () => {
+    const events = await allEvents(server.baseUrl, id);
+    return lastState(events) === state ? events : undefined;
+  }, `conversation ${id} to reach ${state}`);
+}
+
+const agentActions = (events: LoggedEvent[]): Array<Pick<StoredEvent, 'type' | 'data'>> =>
+  events
+    .map((e) => e.event)
+    .filter((e) => e.source === 'agent' && (e.type === 'message' || e.type === 'command' || e.type === 'finish'))
+    .map((e) => ({ type: e.type, data: e.data }));
+
+describe('the LLM agent', () => {
+  it('does a task of several steps (write a file, run it, read the output, finish), then its trajectory replays to the same actions without calling the LLM', async () => {
+    const before = llm.requests.length;
+    llm.enqueue(
+      toolCall('write_file', { path: 'hello.sh', content: 'echo "hello from $1" > out.txt\n' }, usage),
+      toolCall('run_command', { command: 'bash hello.sh tether' }, usage),
+      toolCall('read_file', { path: 'out.txt' }, usage),
+      toolCall('finish', { message: 'The script wrote: hello from tether.' }, usage),
+    );
+    const task = 'Write hello.sh that greets its argument into out.txt, run it, and tell me what it wrote.';
+    const id = await create({ initial_message: task, instructions: 'Work in small steps.' });
+    const events = await untilState(id, 'finished');
+    expect(llm.requests.length - before).toBe(4);
+
+    const outputs = events.flatMap((e) => (e.event.type === 'command_output' ? [e.event.data] : []));
+    expect(outputs).toHaveLength(3);
+    expect(outputs.every((o) => o.exit_code === 0)).toBe(true);
+    expect(outputs[2]!.output).toBe('hello from tether\n');
+    expect(events.filter((e) => e.event.type === 'agent_usage')).toHaveLength(4);
+    // The key authenticated the calls and appears nowhere Tether writes.
+    expect(llm.requests.slice(before).every((r) => r.headers.authorization === `Bearer ${KEY}`)).toBe(true);
+    const lastRequest = JSON.stringify(llm.requests.at(-1)!.body);
+    expect(lastRequest).toContain('Work in small steps.');
+    expect(lastRequest).toContain('hello from tether');
+    expect(JSON.stringify(events)).not.toContain(KEY);
+    expect(server.stderr()).not.toContain(KEY);
+
+    // Replay: the same task from the recorded trajectory.
+    const replayId = await create({ initial_message: task, replay: { items: events, has_more: false } });
+    const replayed = await untilState(replayId, 'finished');
+    expect(agentActions(replayed)).toEqual(agentActions(events));
+    expect(llm.requests.length - before).toBe(4);
+    // The replayed commands really ran, in the new conversation's own workspace.
+    expect(readFileSync(join(server.dataDir, 'workspaces', replayId, 'out.txt'), 'utf8')).toBe('hello from tether\n');
+  }, 60_000);
+
+  it('puts the agent in error and tells the clients when the LLM refuses the key', async () => {
+    llm.enqueue(failure(401));
+    const id = await create({});
+    const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
+    await client.waitFor((f) => f.type === 'sync');
+    client.sendMessage('hello?');
+    await client.waitFor((f) => f.type === 'status' && f.id === 'STATUS$ERROR_LLM_AUTHENTICATION', { what: 'the status frame' });
+    const events = await untilState(id, 'error');
+    expect(events.find((e) => e.event.type === 'agent_error')?.event.data).toMatchObject({ code: 'LLM_AUTHENTICATION' });
+    await client.close();
+  }, 30_000);
+
+  it('waits in rate_limited and tries the step again when the LLM is rate limiting', async () => {
+    llm.enqueue(failure(429, { 'retry-after-ms': '200' }), failure(429, { 'retry-after-ms': '200' }), text('Here I am.'));
+    const id = await create({ initial_message: 'are you there?' });
+    const events = await untilState(id, 'awaiting_user_input');
+    const states = events.flatMap((e) => (e.event.type === 'agent_state_changed' ? [e.event.data.state] : []));
+    expect(states.filter((s) => s === 'rate_limited')).toHaveLength(2);
+    expect(events.filter((e) => e.event.type === 'timeout')).toHaveLength(2);
+    expect(agentActions(events)).toEqual([{ type: 'message', data: { content: 'Here I am.' } }]);
+  }, 30_000);
+});
