@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Deadline, PendingCommand, SessionSnapshot } from '../../machines/index.ts';
 import { LlmAuthenticationError, LlmRateLimitError, rateCommand, type Agent, type AgentAction } from '../agent/index.ts';
 import { TetherError } from '../errors.ts';
@@ -32,6 +34,9 @@ const DEADLINE_MESSAGES: Record<Deadline['name'], string> = {
   start: 'the session did not finish starting in time',
   retry: 'the rate-limit wait is over; trying the step again',
 };
+
+/** A workspace's own set-up script, relative to the workspace. */
+export const SETUP_SCRIPT = '.tether/setup.sh';
 
 const STATUS = {
   starting: { level: 'info', id: 'STATUS$STARTING_RUNTIME', message: 'Starting the runtime...' },
@@ -180,6 +185,7 @@ export class SessionEffects {
       await runtime.start();
       if (this.#abort.signal.aborted) throw new Error('the session is closing');
       await this.#step('setting_up', STATUS.settingUp);
+      await this.#setUpWorkspace(runtime);
     } catch (err) {
       await runtime.stop();
       if (this.#abort.signal.aborted) return null;
@@ -192,6 +198,19 @@ export class SessionEffects {
     runtime.onExit((exit) => this.#spawn(() => this.#runtimeDied(runtime, exit.code, exit.signal)));
     await this.#step('connected', STATUS.connected);
     return runtime;
+  }
+
+  /**
+   * Runs the workspace's own set-up script, `.tether/setup.sh`, when there is
+   * one, each time a runtime starts there (so also after a reconnect). A
+   * failing script fails the start, with its exit code and the end of its output.
+   */
+  async #setUpWorkspace(runtime: Runtime): Promise<void> {
+    if (!existsSync(join(runtime.workspace, SETUP_SCRIPT))) return;
+    const result = await runtime.run(`bash ${SETUP_SCRIPT}`, { timeoutMs: this.#deps.commandTimeoutMs, signal: this.#abort.signal });
+    if (result.exit_code === 0) return;
+    const how = result.timed_out ? 'timed out' : `exit ${result.exit_code}`;
+    throw new Error(`the workspace set-up script ${SETUP_SCRIPT} failed (${how}): ${result.output.slice(-500)}`);
   }
 
   /** One step of a runtime's start: a stored status and a transient status frame. */

@@ -234,3 +234,49 @@ describe('session machine: the rest of the lifecycle', () => {
     expect(closed.can({ type: 'user.message', eventId: 2 })).toBe(false);
   });
 });
+
+describe('session machine: limits', () => {
+  it('stops in error when the budget is spent, and a user message gives it the same allowance again', () => {
+    const [start] = initialTransition(sessionMachine, { ...input, maxIterations: 100, maxBudget: 1 });
+    let snapshot = run([connected, { type: 'user.message', eventId: 2 }], start);
+    snapshot = run([{ type: 'agent.usage', eventId: 3, cost: 0.6 }, { type: 'agent.run', eventId: 4, cause: 2, command: 'ls', risky: false }], snapshot);
+    snapshot = run([{ type: 'command.finished', eventId: 5, cause: 4 }], snapshot);
+    expect(agentStateOf(snapshot)).toBe('running');
+    snapshot = run([{ type: 'agent.usage', eventId: 6, cost: 0.6 }, { type: 'agent.run', eventId: 7, cause: 5, command: 'ls', risky: false }], snapshot);
+    snapshot = run([{ type: 'command.finished', eventId: 8, cause: 7 }], snapshot);
+    expect(agentStateOf(snapshot)).toBe('error');
+    expect(snapshot.context.error).toMatch(/spent \$1\.2000, its budget is \$1\.0000/);
+    const [resumed, actions] = transition(sessionMachine, snapshot, { type: 'user.message', eventId: 9 });
+    expect(agentStateOf(resumed)).toBe('running');
+    expect(actionTypes(actions)).toContain('askAgent');
+    expect(resumed.context.maxBudget).toBeCloseTo(2.2);
+  });
+
+  it('lets a user message extend a reached iteration limit by the original allowance', () => {
+    let snapshot = thinking();
+    for (let id = 3; snapshot.context.iterations < 3; id += 2) {
+      snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause!, command: 'true', risky: false }], snapshot);
+      snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
+    }
+    snapshot = run([{ type: 'agent.run', eventId: 20, cause: snapshot.context.stepCause!, command: 'true', risky: false }], snapshot);
+    snapshot = run([{ type: 'command.finished', eventId: 21, cause: 20 }], snapshot);
+    expect(agentStateOf(snapshot)).toBe('error');
+    const resumed = run([{ type: 'user.message', eventId: 22 }], snapshot);
+    expect(agentStateOf(resumed)).toBe('running');
+    expect(resumed.context.maxIterations).toBe(6);
+  });
+
+  it('gives up in error when the LLM keeps rate limiting past the retry limit', () => {
+    // input allows 2 retries: the third rate limit in a row ends in error.
+    let snapshot = thinking();
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const id = 10 + attempt * 2;
+      snapshot = run([{ type: 'agent.rate_limited', eventId: id, cause: snapshot.context.stepCause!, reason: 'slow down', retryAt: 0 }], snapshot);
+      expect(agentStateOf(snapshot)).toBe('rate_limited');
+      snapshot = run([{ type: 'deadline.passed', eventId: id + 1, name: 'retry', at: 1, reason: 'retry' }], snapshot);
+    }
+    snapshot = run([{ type: 'agent.rate_limited', eventId: 20, cause: snapshot.context.stepCause!, reason: 'slow down', retryAt: 0 }], snapshot);
+    expect(agentStateOf(snapshot)).toBe('error');
+    expect(snapshot.context.error).toMatch(/rate limited 3 times/);
+  });
+});
