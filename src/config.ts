@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { z } from 'zod';
+import { parseTokens } from './server/auth.ts';
 import type { SessionLimits } from './session/index.ts';
 
 const port = z.coerce.number().int().min(0).max(65_535);
@@ -29,6 +30,8 @@ export const ConfigSchema = z.object({
   TETHER_LLM_PRICE_PROMPT: z.coerce.number().min(0).default(0),
   TETHER_LLM_PRICE_COMPLETION: z.coerce.number().min(0).default(0),
   TETHER_AGENT_DELAY_MS: z.coerce.number().int().min(0).default(0),
+  TETHER_TOKENS: z.string().optional(),
+  TETHER_JWT_SECRET: z.string().min(32, 'use a secret of at least 32 characters').optional(),
   TETHER_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
 
@@ -45,6 +48,9 @@ export interface Config {
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
   limits: SessionLimits;
   agentDelayMs: number;
+  /** token → user; empty with no TETHER_TOKENS. */
+  tokens: Map<string, string>;
+  jwtSecret: string | undefined;
   /** Set when an OpenAI-compatible endpoint is configured; the scripted agent answers otherwise. */
   llm: { baseUrl: string; model: string; apiKey: string; pricing: { promptUsdPerMillion: number; completionUsdPerMillion: number } } | null;
 }
@@ -74,6 +80,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,
     agentDelayMs: c.TETHER_AGENT_DELAY_MS,
+    tokens: parseTokensOrThrow(c.TETHER_TOKENS),
+    jwtSecret: c.TETHER_JWT_SECRET,
     llm:
       c.TETHER_LLM_BASE_URL === undefined
         ? null
@@ -93,4 +101,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       rehydrateConcurrency: c.TETHER_REHYDRATE_CONCURRENCY,
     },
   };
+}
+
+function parseTokensOrThrow(spec: string | undefined): Map<string, string> {
+  try {
+    return parseTokens(spec);
+  } catch (err) {
+    throw new ConfigError(`invalid configuration:\n  ${(err as Error).message}`);
+  }
 }

@@ -4,7 +4,7 @@ import { loadConfig } from '../config.ts';
 import { findRunningNats } from './openStore.ts';
 import { errorFields, jsonLogger } from '../logger.ts';
 import { localRuntimeProvider } from '../runtime/index.ts';
-import { tetherServer } from '../server/index.ts';
+import { authenticator, tetherServer } from '../server/index.ts';
 import { SessionManager } from '../session/index.ts';
 import {
   connectNats,
@@ -79,6 +79,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   const server = tetherServer({
     manager,
     logger,
+    authenticate: authenticator({ tokens: config.tokens, jwtSecret: config.jwtSecret }),
     maxFrameBytes: config.maxFrameBytes,
     maxBodyBytes: config.maxBodyBytes,
     maxPendingBytes: config.maxPendingBytes,

@@ -3,6 +3,7 @@ import type { ZodType } from 'zod';
 import { errorFields, type Logger } from '../logger.ts';
 import { ActionBody, CreateConversationBody, EventsQuery } from '../protocol/index.ts';
 import type { SessionManager } from '../session/index.ts';
+import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
 
 export interface HttpApiOptions {
@@ -10,7 +11,7 @@ export interface HttpApiOptions {
   logger: Logger;
   maxBodyBytes: number;
   /** Who is calling; null when unauthenticated. */
-  authenticate: (req: IncomingMessage, url: URL) => string | null;
+  authenticate: Authenticate;
 }
 
 interface Ctx {
@@ -78,7 +79,8 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         const err = matches.length > 0 ? ['METHOD_NOT_ALLOWED', 405] : ['NOT_FOUND', 404];
         throw new BadRequestError(err[0] as string, `no route for ${req.method} ${url.pathname}`, err[1] as number);
       }
-      const user = options.authenticate(req, url);
+      // Health checks answer without a token, so load balancers and orchestrators can probe.
+      const user = PUBLIC_PATHS.has(url.pathname) ? 'anonymous' : await options.authenticate(req, url);
       if (user === null) throw new BadRequestError('UNAUTHENTICATED', 'a valid token is required', 401);
       const params = (route[1].exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
       return route[2]({ req, url, user, params });
@@ -92,6 +94,8 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
     );
   };
 }
+
+const PUBLIC_PATHS = new Set(['/healthz']);
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
   if (res.headersSent) return;

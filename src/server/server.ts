@@ -1,7 +1,8 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../logger.ts';
 import type { SessionManager } from '../session/index.ts';
+import type { Authenticate } from './auth.ts';
 import { httpApi } from './httpApi.ts';
 import { WsGateway } from './wsGateway.ts';
 
@@ -12,7 +13,7 @@ export interface TetherServerOptions {
   maxBodyBytes: number;
   maxPendingBytes?: number;
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
-  authenticate?: (req: IncomingMessage, url: URL) => string | null;
+  authenticate?: Authenticate;
 }
 
 export interface TetherServer {
@@ -23,7 +24,7 @@ export interface TetherServer {
   close(): Promise<void>;
 }
 
-export const localUser = (): string => 'local';
+export const localUser: Authenticate = async () => 'local';
 
 /** HTTP and WebSocket on one port. No business rules here: parse, authenticate, route. */
 export function tetherServer(options: TetherServerOptions): TetherServer {

@@ -4,6 +4,7 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { errorFields, type Logger } from '../logger.ts';
 import { ClientFrame, ConversationId, eventJson, type LoggedEvent, type ServerFrame } from '../protocol/index.ts';
 import { ConversationNotFoundError, type SessionManager } from '../session/index.ts';
+import type { Authenticate } from './auth.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
 
 export const CLOSE = {
@@ -22,7 +23,7 @@ export interface WsGatewayOptions {
   maxFrameBytes: number;
   /** Bytes queued for one client beyond which it is closed with 1013 (default 8 MiB). */
   maxPendingBytes?: number;
-  authenticate: (req: IncomingMessage, url: URL) => string | null;
+  authenticate: Authenticate;
   /** Events per history page sent while a client catches up. */
   replayPageSize?: number;
 }
@@ -88,7 +89,7 @@ export class WsGateway {
     ws.on('close', () => unsubscribe?.());
     ws.on('error', (err) => this.#options.logger.warn('ws error', errorFields(err)));
 
-    const user = this.#options.authenticate(req, url);
+    const user = await this.#options.authenticate(req, url);
     if (user === null) return ws.close(CLOSE.unauthenticated, 'unauthenticated');
     const id = ConversationId.safeParse(url.searchParams.get('conversation_id'));
     if (!id.success) return ws.close(CLOSE.unknownConversation, 'unknown conversation');

@@ -182,12 +182,16 @@ export async function http<T = unknown>(
   method: string,
   path: string,
   body?: unknown,
+  token?: string,
 ): Promise<HttpResult<T>> {
   const init: RequestInit = { method, signal: AbortSignal.timeout(15_000) };
+  const headers: Record<string, string> = {};
   if (body !== undefined) {
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
-    init.headers = { 'content-type': 'application/json' };
+    headers['content-type'] = 'application/json';
   }
+  if (token !== undefined) headers.authorization = `Bearer ${token}`;
+  init.headers = headers;
   const res = await fetch(`${baseUrl}${path}`, init);
   const text = await res.text();
   let parsed: unknown = undefined;

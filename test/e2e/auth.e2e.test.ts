@@ -1,0 +1,95 @@
+import { SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+
+const ALICE = 'alice-token-0123456789';
+const JWT_SECRET = 'a-jwt-secret-of-at-least-32-characters!!';
+let BOB = '';
+
+let server: ServerProcess;
+
+beforeAll(async () => {
+  // Bob signs in with a JWT, Alice with a plain token.
+  BOB = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('bob').setExpirationTime('1h').sign(new TextEncoder().encode(JWT_SECRET));
+  server = await startServer({ env: { TETHER_TOKENS: `${ALICE}:alice`, TETHER_JWT_SECRET: JWT_SECRET } });
+}, 60_000);
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+async function create(token: string): Promise<string> {
+  const res = await http<{ conversation_id: string }>(server.baseUrl, 'POST', '/api/conversations', { initial_message: 'mine' }, token);
+  expect(res.status).toBe(201);
+  return res.body.conversation_id;
+}
+
+async function wsClose(url: string): Promise<number> {
+  const client = await WsClient.connect(url).catch(() => null);
+  return client ? (await client.closed).code : -1;
+}
+
+describe('auth', () => {
+  it('refuses every REST route and the WebSocket without a valid token', async () => {
+    const id = await create(ALICE);
+    for (const [method, path] of [
+      ['GET', '/api/conversations'],
+      ['POST', '/api/conversations'],
+      ['GET', `/api/conversations/${id}`],
+      ['GET', `/api/conversations/${id}/events`],
+      ['POST', `/api/conversations/${id}/actions`],
+      ['POST', `/api/conversations/${id}/stop`],
+      ['DELETE', `/api/conversations/${id}`],
+    ] as const) {
+      expect((await http(server.baseUrl, method, path)).status, `${method} ${path}`).toBe(401);
+      expect((await http(server.baseUrl, method, path, undefined, 'wrong-token')).status, `${method} ${path} with a wrong token`).toBe(401);
+    }
+    const forged = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('alice').sign(new TextEncoder().encode('another-secret-of-32-characters-or-more'));
+    expect((await http(server.baseUrl, 'GET', '/api/conversations', undefined, forged)).status).toBe(401);
+    expect(await wsClose(wsUrlFor(server.wsUrl, id))).toBe(4001);
+    expect(await wsClose(`${wsUrlFor(server.wsUrl, id)}&token=wrong`)).toBe(4001);
+    expect((await http(server.baseUrl, 'GET', '/healthz')).status).toBe(200);
+  });
+
+  it('shows each user only their own conversations, through every door', async () => {
+    const alices = await create(ALICE);
+    const bobs = await create(BOB);
+    const list = async (token: string) =>
+      (await http<{ items: Array<{ conversation_id: string }> }>(server.baseUrl, 'GET', '/api/conversations', undefined, token)).body.items.map(
+        (c) => c.conversation_id,
+      );
+    expect(await list(ALICE)).toContain(alices);
+    expect(await list(ALICE)).not.toContain(bobs);
+    expect(await list(BOB)).toEqual([bobs]);
+
+    // Bob reaching for Alice's conversation finds nothing there, the same answer as for an unknown id.
+    const doors = [
+      ['GET', `/api/conversations/${alices}`, undefined],
+      ['GET', `/api/conversations/${alices}/events`, undefined],
+      ['POST', `/api/conversations/${alices}/actions`, { action: { type: 'message', content: 'hi' } }],
+      ['POST', `/api/conversations/${alices}/stop`, undefined],
+      ['DELETE', `/api/conversations/${alices}`, undefined],
+    ] as const;
+    for (const [method, path, body] of doors) {
+      const res = await http<{ error: { code: string } }>(server.baseUrl, method, path, body, BOB);
+      expect(res.status, `${method} ${path}`).toBe(404);
+      expect(res.body.error.code).toBe('CONVERSATION_NOT_FOUND');
+    }
+    expect(await wsClose(`${wsUrlFor(server.wsUrl, alices)}&token=${BOB}`)).toBe(4004);
+
+    // Alice still has it whole: nothing Bob tried was stored.
+    const events = await http<{ items: Array<{ event: { source: string; type: string; data: { content?: string } } }> }>(
+      server.baseUrl,
+      'GET',
+      `/api/conversations/${alices}/events`,
+      undefined,
+      ALICE,
+    );
+    expect(events.status).toBe(200);
+    expect(events.body.items.filter((i) => i.event.type === 'message' && i.event.data.content === 'hi')).toEqual([]);
+    const client = await WsClient.connect(`${wsUrlFor(server.wsUrl, alices)}&token=${ALICE}`);
+    await client.waitFor((f) => f.type === 'sync', { what: 'sync for the owner' });
+    await client.close();
+  });
+});
