@@ -15,6 +15,10 @@ export const ConfigSchema = z.object({
   TETHER_MAX_FRAME_BYTES: positiveInt.default(1_048_576),
   TETHER_MAX_BODY_BYTES: positiveInt.default(10_485_760),
   TETHER_MAX_PENDING_BYTES: positiveInt.default(8_388_608),
+  TETHER_WS_FRAMES_PER_SECOND: positiveInt.default(100),
+  TETHER_WS_FRAME_BURST: positiveInt.default(200),
+  TETHER_MAX_CONNECTIONS_PER_CONVERSATION: positiveInt.default(32),
+  TETHER_WS_PING_MS: positiveInt.default(30_000),
   TETHER_COMMAND_TIMEOUT_MS: positiveInt.default(30_000),
   TETHER_OUTPUT_CAP_BYTES: positiveInt.default(65_536),
   TETHER_CLOSE_DELAY_MS: positiveInt.default(120_000),
@@ -43,6 +47,7 @@ export interface Config {
   maxFrameBytes: number;
   maxBodyBytes: number;
   maxPendingBytes: number;
+  ws: { framesPerSecond: number; frameBurst: number; maxConnectionsPerConversation: number; pingIntervalMs: number };
   commandTimeoutMs: number;
   outputCapBytes: number;
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
@@ -76,6 +81,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxFrameBytes: c.TETHER_MAX_FRAME_BYTES,
     maxBodyBytes: c.TETHER_MAX_BODY_BYTES,
     maxPendingBytes: c.TETHER_MAX_PENDING_BYTES,
+    ws: {
+      framesPerSecond: c.TETHER_WS_FRAMES_PER_SECOND,
+      frameBurst: c.TETHER_WS_FRAME_BURST,
+      maxConnectionsPerConversation: c.TETHER_MAX_CONNECTIONS_PER_CONVERSATION,
+      pingIntervalMs: c.TETHER_WS_PING_MS,
+    },
     commandTimeoutMs: c.TETHER_COMMAND_TIMEOUT_MS,
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,

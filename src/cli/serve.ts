@@ -12,6 +12,7 @@ import {
   kvConversationStore,
   kvSnapshotStore,
   startEmbeddedNats,
+  watchConnection,
   type EmbeddedNats,
 } from '../store/index.ts';
 
@@ -26,6 +27,10 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   const config = loadConfig(env);
   const logger = jsonLogger(config.logLevel);
   let embedded: EmbeddedNats | undefined;
+  // nats-server's own info lines are noise here; its warnings and errors are not.
+  const natsLog = (line: string) => {
+    if (!/\[(INF|DBG|TRC)\]/.test(line)) logger.warn('nats-server', { line });
+  };
   if (!config.natsUrl) {
     // nats-server 2.9 does not lock its store: two servers on one data dir would corrupt it.
     // One left by a Tether that just died stops within moments (its guard sees the pipe close): wait for it.
@@ -40,10 +45,6 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
           'is another Tether running there? Stop it, or set TETHER_DATA_DIR or NATS_URL.',
       );
     }
-    // nats-server's own info lines are noise here; its warnings and errors are not.
-    const natsLog = (line: string) => {
-      if (!/\[(INF|DBG|TRC)\]/.test(line)) logger.warn('nats-server', { line });
-    };
     embedded = await startEmbeddedNats({ dataDir: config.dataDir, log: natsLog });
     logger.info('embedded nats-server started', { url: embedded.url, store: join(config.dataDir, 'nats') });
   }
@@ -57,6 +58,11 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     await stopEmbedded();
     throw new Error(`cannot reach NATS at ${natsUrl}: ${errorFields(err).error}`);
   }
+  let natsReady = true;
+  watchConnection(nc, (connected) => {
+    if (connected !== natsReady) logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
+    natsReady = connected;
+  });
   const log = await jetStreamEventLog(nc);
   const conversations = await kvConversationStore(nc);
   const snapshots = await kvSnapshotStore(nc);
@@ -83,6 +89,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     maxFrameBytes: config.maxFrameBytes,
     maxBodyBytes: config.maxBodyBytes,
     maxPendingBytes: config.maxPendingBytes,
+    ws: config.ws,
+    ready: () => natsReady,
   });
   const address = await server.listen(config.port, config.host);
   const base = `http://${address.address}:${address.port}`;
@@ -120,8 +128,24 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
       void shutdown('crash', 1);
     });
     process.on('unhandledRejection', (err) => logger.error('unhandled rejection', errorFields(err)));
-    embedded?.onExit(() => {
-      if (!stopping) logger.error('embedded nats-server exited unexpectedly');
-    });
+    // An embedded nats-server that dies is started again on the same port and
+    // store; the NATS client reconnects to it by itself.
+    const superviseEmbedded = (server: EmbeddedNats) =>
+      server.onExit(() => {
+        if (stopping) return;
+        logger.error('embedded nats-server exited unexpectedly; starting it again', { port: server.port });
+        const restart = async (attempt: number): Promise<void> => {
+          try {
+            embedded = await startEmbeddedNats({ dataDir: config.dataDir, log: natsLog, port: server.port });
+            logger.info('embedded nats-server started again', { url: embedded.url });
+            superviseEmbedded(embedded);
+          } catch (err) {
+            logger.error('starting nats-server again failed', { attempt, ...errorFields(err) });
+            if (!stopping) setTimeout(() => void restart(attempt + 1), Math.min(5_000, 250 * 2 ** attempt)).unref();
+          }
+        };
+        void restart(0);
+      });
+    if (embedded) superviseEmbedded(embedded);
   });
 }

@@ -12,6 +12,8 @@ export interface HttpApiOptions {
   maxBodyBytes: number;
   /** Who is calling; null when unauthenticated. */
   authenticate: Authenticate;
+  /** Whether the event store is reachable, for `/readyz`. */
+  ready?: () => boolean;
 }
 
 interface Ctx {
@@ -28,6 +30,11 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
   const readJson = <T>(req: IncomingMessage, schema: ZodType<T>) => readBody(req, options.maxBodyBytes).then((b) => parseJson(b, schema));
   const routes: Array<[method: string, pattern: RegExp, handler: Handler]> = [
     ['GET', /^\/healthz$/, async () => ({ status: 200, body: { ok: true } })],
+    [
+      'GET',
+      /^\/readyz$/,
+      async () => (options.ready?.() ?? true ? { status: 200, body: { ready: true } } : { status: 503, body: { ready: false, reason: 'the event store (NATS) is not reachable' } }),
+    ],
     [
       'POST',
       /^\/api\/conversations$/,
@@ -95,7 +102,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
   };
 }
 
-const PUBLIC_PATHS = new Set(['/healthz']);
+const PUBLIC_PATHS = new Set(['/healthz', '/readyz']);
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
   if (res.headersSent) return;

@@ -12,6 +12,9 @@ export interface TetherServerOptions {
   maxFrameBytes: number;
   maxBodyBytes: number;
   maxPendingBytes?: number;
+  ws?: { framesPerSecond?: number; frameBurst?: number; maxConnectionsPerConversation?: number; pingIntervalMs?: number };
+  /** Whether the server can serve (its event store is reachable), for `/readyz`. */
+  ready?: () => boolean;
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
   authenticate?: Authenticate;
 }
@@ -30,7 +33,7 @@ export const localUser: Authenticate = async () => 'local';
 export function tetherServer(options: TetherServerOptions): TetherServer {
   const authenticate = options.authenticate ?? localUser;
   const http = createServer(httpApi({ ...options, authenticate }));
-  const ws = new WsGateway({ ...options, authenticate });
+  const ws = new WsGateway({ ...options, ...options.ws, authenticate });
   http.on('upgrade', (req, socket, head) => ws.handleUpgrade(req, socket, head));
   return {
     http,

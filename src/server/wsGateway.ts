@@ -9,12 +9,14 @@ import { formatZodError, toPublicError } from './errorMapping.ts';
 
 export const CLOSE = {
   goingAway: 1001,
+  policy: 1008,
   tooLarge: 1009,
   internal: 1011,
   slowConsumer: 1013,
   unauthenticated: 4001,
   badRequest: 4000,
   unknownConversation: 4004,
+  tooManyConnections: 4029,
 } as const;
 
 export interface WsGatewayOptions {
@@ -26,6 +28,14 @@ export interface WsGatewayOptions {
   authenticate: Authenticate;
   /** Events per history page sent while a client catches up. */
   replayPageSize?: number;
+  /** Frames a connection may send per second (the bucket refills at this rate). */
+  framesPerSecond?: number;
+  /** Frames a connection may send at once. */
+  frameBurst?: number;
+  /** Connections to one conversation; one more is closed with 4029. */
+  maxConnectionsPerConversation?: number;
+  /** The server pings every this many ms; a peer that has not answered the previous ping is dropped. */
+  pingIntervalMs?: number;
 }
 
 const CLIENT_FRAME_TYPES = new Set(['user_action', 'ping']);
@@ -54,6 +64,24 @@ export class WsGateway {
   constructor(options: WsGatewayOptions) {
     this.#options = options;
     this.#wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, perMessageDeflate: false });
+    this.#heartbeat = setInterval(() => this.#ping(), options.pingIntervalMs ?? 30_000);
+    this.#heartbeat.unref();
+  }
+
+  readonly #heartbeat: NodeJS.Timeout;
+  readonly #alive = new WeakSet<WebSocket>();
+  readonly #perConversation = new Map<string, number>();
+
+  /** A peer that did not answer the last ping is gone (within two intervals of its last sign of life). */
+  #ping(): void {
+    for (const ws of this.#wss.clients) {
+      if (!this.#alive.has(ws)) {
+        ws.terminate();
+        continue;
+      }
+      this.#alive.delete(ws);
+      ws.ping();
+    }
   }
 
   get clientCount(): number {
@@ -76,6 +104,7 @@ export class WsGateway {
 
   /** Closes every connection with 1001 (going away). */
   close(): Promise<void> {
+    clearInterval(this.#heartbeat);
     for (const ws of this.#wss.clients) ws.close(CLOSE.goingAway, 'server going away');
     return new Promise((resolve) => this.#wss.close(() => resolve()));
   }
@@ -85,8 +114,27 @@ export class WsGateway {
     const early: Array<[RawData, boolean]> = [];
     let onFrame: ((data: RawData, isBinary: boolean) => void) | null = null;
     let unsubscribe: (() => void) | null = null;
-    ws.on('message', (data, isBinary) => (onFrame ? onFrame(data, isBinary) : early.push([data, isBinary])));
-    ws.on('close', () => unsubscribe?.());
+    this.#alive.add(ws);
+    ws.on('pong', () => this.#alive.add(ws));
+    const allow = frameLimiter(this.#options.framesPerSecond ?? 100, this.#options.frameBurst ?? 200);
+    let refused = 0;
+    ws.on('message', (data, isBinary) => {
+      this.#alive.add(ws);
+      if (!allow()) {
+        // Over the rate: the frame is dropped with an error; a client that keeps going is closed.
+        refused += 1;
+        if (refused > (this.#options.frameBurst ?? 200)) return ws.close(CLOSE.policy, 'too many frames');
+        return send(ws, { type: 'error', code: 'RATE_LIMITED', message: 'too many frames: this one was dropped, slow down' });
+      }
+      refused = 0;
+      if (onFrame) onFrame(data, isBinary);
+      else early.push([data, isBinary]);
+    });
+    let counted: string | null = null;
+    ws.on('close', () => {
+      unsubscribe?.();
+      if (counted !== null) this.#count(counted, -1);
+    });
     ws.on('error', (err) => this.#options.logger.warn('ws error', errorFields(err)));
 
     const user = await this.#options.authenticate(req, url);
@@ -96,6 +144,11 @@ export class WsGateway {
     const afterSeq = parseCursor(url.searchParams.get('after_seq'));
     if (afterSeq === null) return ws.close(CLOSE.badRequest, 'after_seq must be a non-negative integer');
     const conversationId = id.data;
+    if ((this.#perConversation.get(conversationId) ?? 0) >= (this.#options.maxConnectionsPerConversation ?? 32)) {
+      return ws.close(CLOSE.tooManyConnections, 'too many connections to this conversation');
+    }
+    this.#count(conversationId, 1);
+    counted = conversationId;
 
     let session;
     try {
@@ -166,6 +219,12 @@ export class WsGateway {
     for (const [data, isBinary] of early.splice(0)) onFrame(data, isBinary);
   }
 
+  #count(conversationId: string, delta: number): void {
+    const n = (this.#perConversation.get(conversationId) ?? 0) + delta;
+    if (n <= 0) this.#perConversation.delete(conversationId);
+    else this.#perConversation.set(conversationId, n);
+  }
+
   /** A valid client frame, or null after telling the client what was wrong. */
   #parse(ws: WebSocket, data: RawData, isBinary: boolean): ClientFrame | null {
     const fail = (code: string, message: string) => {
@@ -192,6 +251,20 @@ export class WsGateway {
 }
 
 const DRAIN_STALL_MS = 30_000;
+
+/** A token bucket: `rate` frames a second, at most `burst` at once. */
+function frameLimiter(rate: number, burst: number): () => boolean {
+  let tokens = burst;
+  let last = Date.now();
+  return () => {
+    const now = Date.now();
+    tokens = Math.min(burst, tokens + ((now - last) / 1000) * rate);
+    last = now;
+    if (tokens < 1) return false;
+    tokens -= 1;
+    return true;
+  };
+}
 
 /** Waits until at most `low` bytes are queued; false when the socket closed or made no progress for 30 s. */
 async function drained(ws: WebSocket, low: number): Promise<boolean> {

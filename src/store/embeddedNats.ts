@@ -8,6 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ensureNatsServer } from '../../scripts/nats-binary.js';
 
 export interface EmbeddedNatsOptions {
+  /** Listen on this port (default: a free one). A server started again after a crash reuses its port, so clients reconnect by themselves. */
+  port?: number;
   /** JetStream data goes to `<dataDir>/nats`. */
   dataDir: string;
   /** Receives nats-server's log lines. */
@@ -70,7 +72,7 @@ export async function startEmbeddedNats(options: EmbeddedNatsOptions): Promise<E
   const binary = options.binary ?? (await ensureNatsServer({ log: options.log }));
   const storeDir = join(options.dataDir, 'nats');
   await mkdir(storeDir, { recursive: true });
-  const args = ['-js', '-a', '127.0.0.1', '-p', '-1', '--store_dir', storeDir, '--ports_file_dir', storeDir];
+  const args = ['-js', '-a', '127.0.0.1', '-p', String(options.port ?? -1), '--store_dir', storeDir, '--ports_file_dir', storeDir];
   const server = new GuardedServer(binary, args, options.log);
   const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);
   try {

@@ -99,3 +99,17 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
     current.max_msgs_per_subject !== wanted.max_msgs_per_subject;
   return drifted ? jsm.streams.update(name, { ...current, ...wanted }) : existing;
 }
+
+/**
+ * Calls `onChange(false)` when the connection to NATS drops and `onChange(true)`
+ * when it is back (nats.js reconnects by itself). Ends when the connection closes.
+ */
+export function watchConnection(nc: NatsConnection, onChange: (connected: boolean) => void): void {
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === 'disconnect' || status.type === 'reconnecting') onChange(false);
+      else if (status.type === 'reconnect') onChange(true);
+      else if (status.type === 'close') onChange(false);
+    }
+  })().catch(() => onChange(false));
+}
