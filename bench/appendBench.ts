@@ -1,6 +1,7 @@
 // (a) The append path: stored events per second through the whole Tether
 // server (ws in, JetStream append, fold, ws out) against raw JetStream async
-// publishing of the same payloads to the same number of subjects.
+// publishing of the same payloads to the same number of subjects. The ws
+// clients run in a process of their own (clientFleet.ts), as real clients do.
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -17,14 +18,16 @@ import {
   subjectFor,
   type NatsConnection,
 } from '../src/store/index.ts';
-import { BenchClient } from './benchClient.ts';
+import type { ClientFleet, ClientSpec, Frame } from './clientFleet.ts';
 import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
 
 export interface AppendPlan {
   conversations: number;
   messagesPerConversation: number;
-  /** User messages each client keeps in flight. */
+  /** User messages each sending client keeps in flight. */
   window: number;
+  /** ws clients per conversation: one sends, the others only watch (fan-out). */
+  clientsPerConversation: number;
   timeoutMs: number;
 }
 
@@ -33,6 +36,8 @@ export type AroundTimed = <T>(work: () => Promise<T>) => Promise<T>;
 
 export interface AppendRun {
   events: number;
+  /** Event frames the clients received (events × clients per conversation). */
+  frames: number;
   ms: number;
   perSecond: number;
   cpu: CpuUse;
@@ -50,7 +55,7 @@ interface EventsPage {
 const USER_HEADER = 'x-bench-user';
 const USER_PARAM = 'bench_user';
 const userOf = (i: number) => `u${i}`;
-const benchAuthenticate = (req: IncomingMessage, url: URL): string =>
+const benchAuthenticate = async (req: IncomingMessage, url: URL): Promise<string> =>
   url.searchParams.get(USER_PARAM) ?? (req.headers[USER_HEADER] as string | undefined) ?? 'local';
 
 async function http<T>(base: string, user: string, path: string, body?: unknown): Promise<T> {
@@ -93,22 +98,22 @@ async function restEvents(base: string, user: string, id: string, afterSeq: numb
 }
 
 /** Every stored event after the cursor reached the client once, in order, with the same bytes. */
-function verify(id: string, stored: EventsPage['items'], client: BenchClient): void {
-  const got = client.received;
+function verify(id: string, stored: EventsPage['items'], got: readonly Frame[]): void {
   if (got.length !== stored.length) {
     throw new Error(`conversation ${id}: ${stored.length} events stored but ${got.length} event frames received`);
   }
   stored.forEach((item, i) => {
-    const frame = got[i]!;
-    if (frame.seq !== item.seq) throw new Error(`conversation ${id}: frame ${i} has seq ${frame.seq}, the log has ${item.seq}`);
-    if (frame.eventJson !== JSON.stringify(item.event)) throw new Error(`conversation ${id}: event at seq ${item.seq} differs from the log`);
+    const [seq, eventJson] = got[i]!;
+    if (seq !== item.seq) throw new Error(`conversation ${id}: frame ${i} has seq ${seq}, the log has ${item.seq}`);
+    if (eventJson !== JSON.stringify(item.event)) throw new Error(`conversation ${id}: event at seq ${item.seq} differs from the log`);
   });
 }
 
-/** One measured run of the Tether server on fresh stream and bucket names. */
+/** One measured run of the Tether server on fresh stream and bucket names, its clients in `fleet`'s process. */
 export async function tetherAppendRun(
   nc: NatsConnection,
   natsPid: number,
+  fleet: ClientFleet,
   plan: AppendPlan,
   tag: string,
   around: AroundTimed = (work) => work(),
@@ -135,7 +140,6 @@ export async function tetherAppendRun(
   });
   const address = await server.listen(0, '127.0.0.1');
   const base = `http://127.0.0.1:${address.port}`;
-  const clients: BenchClient[] = [];
   try {
     const deadline = performance.now() + plan.timeoutMs;
     const ids = await within(plan.timeoutMs, 'creating conversations', Promise.all(
@@ -144,30 +148,34 @@ export async function tetherAppendRun(
       ),
     ));
     const cursors = await within(plan.timeoutMs, 'conversation start-up', Promise.all(ids.map((id, i) => settledSeq(base, userOf(i), id, deadline))));
-    const connected = await within(plan.timeoutMs, 'connecting clients', Promise.all(
-      ids.map((id, i) => BenchClient.connect(`ws://127.0.0.1:${address.port}`, `${USER_PARAM}=${userOf(i)}`, id, cursors[i]!, i)),
-    ));
-    clients.push(...connected);
-
-    const cpu = cpuMeter(natsPid);
-    const t0 = performance.now();
-    await around(() =>
-      within(plan.timeoutMs, 'the append run', Promise.all(clients.map((c) => c.run(plan.messagesPerConversation, plan.window)))),
+    const specs: ClientSpec[] = ids.flatMap((conversationId, i) =>
+      Array.from({ length: plan.clientsPerConversation }, (_, k) => ({
+        auth: `${USER_PARAM}=${userOf(i)}`,
+        conversationId,
+        afterSeq: cursors[i]!,
+        index: i,
+        sends: k === 0,
+      })),
     );
-    const ms = performance.now() - t0;
+    await within(plan.timeoutMs, 'connecting clients', fleet.connect(`ws://127.0.0.1:${address.port}`, specs));
+
+    const cpu = cpuMeter(natsPid, fleet.pid);
+    const ms = await around(() => within(plan.timeoutMs, 'the append run', fleet.run(plan.messagesPerConversation, plan.window)));
     const used = cpu();
+    const received = await within(plan.timeoutMs, 'collecting the frames', fleet.frames());
 
     const payloads: string[][] = [];
     let events = 0;
     for (const [i, id] of ids.entries()) {
       const stored = await restEvents(base, userOf(i), id, cursors[i]!);
-      verify(id, stored, clients[i]!);
+      for (const [k, spec] of specs.entries()) if (spec.conversationId === id) verify(id, stored, received[k]!);
       events += stored.length;
       payloads.push(stored.map((item) => JSON.stringify(item.event)));
     }
     const perSecond = (events / ms) * 1000;
     return {
       events,
+      frames: received.reduce((n, frames) => n + frames.length, 0),
       ms,
       perSecond,
       cpu: used,
@@ -175,7 +183,7 @@ export async function tetherAppendRun(
       summary: `${fmt.int(events)} events in ${fmt.ms(ms)} ms = ${fmt.int(perSecond)} events/s (${describeCpu(used)})`,
     };
   } finally {
-    for (const c of clients) c.close();
+    await fleet.close().catch(() => undefined);
     await server.close();
     await manager.shutdown();
     const jsm = await jetstreamManager(nc);

@@ -39,6 +39,7 @@ export class BenchClient {
   #finish: { resolve: () => void; reject: (err: Error) => void } | null = null;
   #plan = { messages: 0, window: 1 };
   #failure: Error | null = null;
+  #waitingFor: { seq: number; resolve: () => void } | null = null;
 
   private constructor(socket: WebSocket, index: number) {
     this.#socket = socket;
@@ -79,6 +80,21 @@ export class BenchClient {
     });
   }
 
+  /** Stream sequence of the last event frame received (the cursor), -1 before any. */
+  get lastSeq(): number {
+    return this.received.at(-1)?.seq ?? -1;
+  }
+
+  /** For a client that only watches: resolves once an event frame at or past `seq` has arrived. */
+  until(seq: number): Promise<void> {
+    if (this.lastSeq >= seq) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      this.#waitingFor = { seq, resolve };
+      this.#finish = { resolve: () => {}, reject };
+      if (this.#failure) reject(this.#failure);
+    });
+  }
+
   close(): void {
     this.#socket.removeAllListeners('close');
     this.#socket.close(1000);
@@ -106,6 +122,10 @@ export class BenchClient {
       this.#topUp();
     }
     if (state !== undefined) this.#settled = { seq, state };
+    if (this.#waitingFor && seq >= this.#waitingFor.seq) {
+      this.#waitingFor.resolve();
+      this.#waitingFor = null;
+    }
     if (this.#done()) this.#finish?.resolve();
   }
 

@@ -80,30 +80,39 @@ export function progress(line: string): void {
 
 export interface CpuUse {
   wallMs: number;
-  /** This process (Tether, the bench clients and the NATS clients). */
+  /** This process (the Tether server or the baseline, and their NATS clients). */
   nodeMs: number;
   /** The nats-server process. */
   natsMs: number;
+  /** The bench's client process (the append run's ws clients), 0 when there is none. */
+  clientsMs: number;
   /** Every other process on the machine: high means the figures are noisy. */
   restMs: number;
 }
 
-/** Starts measuring CPU time (user + system); the returned function stops and reports it. */
-export function cpuMeter(natsPid: number): () => CpuUse {
+/**
+ * Starts measuring CPU time (user + system) of this process, nats-server and,
+ * when given, the bench's client process; the returned function stops and reports it.
+ */
+export function cpuMeter(natsPid: number, clientsPid?: number): () => CpuUse {
   const node0 = process.cpuUsage();
   const nats0 = procCpuMs(natsPid);
+  const clients0 = clientsPid === undefined ? 0 : procCpuMs(clientsPid);
   const busy0 = machineBusyMs();
   const t0 = performance.now();
   return () => {
     const node = process.cpuUsage(node0);
     const nodeMs = (node.user + node.system) / 1000;
     const natsMs = procCpuMs(natsPid) - nats0;
-    return { wallMs: performance.now() - t0, nodeMs, natsMs, restMs: Math.max(0, machineBusyMs() - busy0 - nodeMs - natsMs) };
+    const clientsMs = clientsPid === undefined ? 0 : procCpuMs(clientsPid) - clients0;
+    const restMs = Math.max(0, machineBusyMs() - busy0 - nodeMs - natsMs - clientsMs);
+    return { wallMs: performance.now() - t0, nodeMs, natsMs, clientsMs, restMs };
   };
 }
 
 export function describeCpu(use: CpuUse): string {
-  return `cpu: node ${fmt.int(use.nodeMs)} ms, nats-server ${fmt.int(use.natsMs)} ms, other processes ${fmt.int(use.restMs)} ms`;
+  const clients = use.clientsMs ? `, ws clients ${fmt.int(use.clientsMs)} ms` : '';
+  return `cpu: node ${fmt.int(use.nodeMs)} ms, nats-server ${fmt.int(use.natsMs)} ms${clients}, other processes ${fmt.int(use.restMs)} ms`;
 }
 
 // USER_HZ: /proc reports CPU time in ticks of 10 ms on Linux.
@@ -138,3 +147,10 @@ export const fmt = {
   ms: (n: number) => (n >= 100 ? n.toFixed(0) : n.toFixed(1)),
   ratio: (n: number) => n.toFixed(2),
 };
+
+/** Whether other processes disturbed a measurement, in one line for the notes. */
+export function noiseNote(label: string, kept: number, discarded: number, stillBusy: number): string {
+  const redone = discarded ? `${discarded} ${label} run(s) were run again because other processes used over 20% of a core meanwhile` : '';
+  if (stillBusy) return `**Noisy machine**: ${redone ? `${redone}, and ` : ''}${stillBusy} of the ${kept} kept ${label} runs still had other processes using over 20% of a core; those figures are less reliable.`;
+  return redone ? `${redone}; the ${kept} kept runs had a quiet machine.` : `All ${kept} ${label} runs had a quiet machine (other processes under 20% of a core).`;
+}

@@ -2,7 +2,11 @@
 // went: by function (self and total) and by area (src/, machines/, packages, node).
 import { Session } from 'node:inspector/promises';
 import { writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { progress } from './measure.ts';
+import type { ProfileSection } from './report.ts';
 
 interface CallFrame {
   functionName: string;
@@ -60,6 +64,30 @@ export async function saveProfile(path: string, profile: CpuProfile): Promise<vo
   await writeFile(path, JSON.stringify(profile));
 }
 
+/**
+ * Profiles the phase that `work` wraps in `around` (set-up and checks stay
+ * outside), saves the profile under the temporary directory and summarises it.
+ */
+export async function profileSection(
+  runId: string,
+  title: string,
+  note: string,
+  buckets: readonly Bucket[],
+  work: (around: <T>(timed: () => Promise<T>) => Promise<T>) => Promise<unknown>,
+): Promise<ProfileSection> {
+  progress(`profiling: ${title}`);
+  let profile: CpuProfile | undefined;
+  await work(async (timed) => {
+    const run = await profiled(timed);
+    profile = run.profile;
+    return run.result;
+  });
+  if (!profile) throw new Error(`profiling ${title}: the timed phase never ran`);
+  const file = join(tmpdir(), `tether-bench-${runId}-${title.replace(/\W+/g, '-').toLowerCase()}.cpuprofile`);
+  await saveProfile(file, profile);
+  return { title, note, file, summary: summarise(profile), shares: attribute(profile, buckets), src: [...inclusiveIn(profile, 'src/'), ...inclusiveIn(profile, 'machines/', 5)] };
+}
+
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 function shortUrl(url: string): string {
@@ -76,7 +104,7 @@ export function areaOf(frame: CallFrame): string {
   if (pkg) return pkg[1]!;
   if (path.startsWith('node:')) return 'node core';
   if (path.startsWith('src/') || path.startsWith('machines/')) return path.split('/').slice(0, 2).join('/');
-  if (path.startsWith('bench/')) return 'bench (clients)';
+  if (path.startsWith('bench/')) return 'bench harness';
   return path;
 }
 

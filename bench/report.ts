@@ -54,7 +54,8 @@ export interface Row {
   baseline: string;
   ratio: number;
   target: string;
-  pass: boolean;
+  /** Undefined for a row without a target. */
+  pass?: boolean;
 }
 
 export interface ProfileSection {
@@ -85,7 +86,7 @@ export function tableLines(rows: readonly Row[]): string[] {
   return [
     '| Measurement | Tether | Baseline | Ratio | Target | Result |',
     '|---|---:|---:|---:|---|---|',
-    ...rows.map((r) => `| ${r.measurement} | ${r.tether} | ${r.baseline} | ${fmt.ratio(r.ratio)} | ${r.target} | ${r.pass ? 'pass' : '**MISS**'} |`),
+    ...rows.map((r) => `| ${r.measurement} | ${r.tether} | ${r.baseline} | ${fmt.ratio(r.ratio)} | ${r.target} | ${r.pass === undefined ? '—' : r.pass ? 'pass' : '**MISS**'} |`),
   ];
 }
 

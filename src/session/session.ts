@@ -1,4 +1,4 @@
-import { createActor, type Actor } from 'xstate';
+import { createActor, type Actor, type AnyActorRef } from 'xstate';
 import {
   agentStateOf,
   inputFrom,
@@ -17,6 +17,17 @@ import { describeEvent, stateFact } from './facts.ts';
 import { SessionEffects, type SessionEffectDeps } from './sessionEffects.ts';
 import { DeadlineTimer } from './deadlineTimer.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
+
+/** Each live actor's effects. The machine is provided once for all sessions (a copy per session cost ~46 KiB). */
+const effectsOf = new WeakMap<AnyActorRef, SessionEffects>();
+
+const hostedMachine = sessionMachine.provide({
+  actions: {
+    startRuntime: ({ self }) => effectsOf.get(self)?.startRuntime(),
+    askAgent: ({ self, context }) => effectsOf.get(self)?.askAgent(context),
+    runCommand: ({ self, context }) => effectsOf.get(self)?.runCommand(context),
+  },
+});
 
 export interface SessionDeps extends SessionEffectDeps {
   snapshots: SnapshotStore;
@@ -54,7 +65,6 @@ export interface RestoredState {
 export class Session {
   readonly conversationId: string;
   readonly #deps: SessionDeps;
-  readonly #machine: SessionMachine;
   readonly #effects: SessionEffects;
   readonly #deadline: DeadlineTimer;
   readonly #mask: Masker;
@@ -78,12 +88,11 @@ export class Session {
     this.#mask = secretMasker(Object.values(deps.secrets));
     this.#effects = new SessionEffects(this, deps);
     this.#deadline = new DeadlineTimer(deps.clock, (deadline) => this.#effects.deadlinePassed(deadline));
-    this.#machine = sessionMachine.provide({ actions: this.#effects.actions() });
     if (restored) {
       const { context } = restored.snapshot;
       this.#runtimeStatus = context.runtime;
       const input = { ...context, startDeadline: null };
-      this.#actor = createActor(this.#machine, { snapshot: restored.snapshot, input }).start();
+      this.#actor = this.#host(createActor(hostedMachine, { snapshot: restored.snapshot, input }));
     }
   }
 
@@ -210,7 +219,7 @@ export class Session {
     if (first.duplicate) return first;
     if (input.type === 'runtime_status') this.#runtimeStatus = input.data.status;
     if (input.type === 'conversation_created') {
-      this.#actor = createActor(this.#machine, { input: inputFrom(input) }).start();
+      this.#actor = this.#host(createActor(hostedMachine, { input: inputFrom(input) }));
     } else if (machineEvent) {
       this.#actor?.send(machineEvent);
     }
@@ -327,6 +336,12 @@ export class Session {
       ...(cause !== undefined && { cause }),
       data,
     } as StoredEvent;
+  }
+
+  /** Binds the actor to this session's effects, then starts it (the initial state's entry may ask for one). */
+  #host(actor: Actor<SessionMachine>): Actor<SessionMachine> {
+    effectsOf.set(actor, this.#effects);
+    return actor.start();
   }
 
   #markClosed(reason: string): void {

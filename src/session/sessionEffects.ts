@@ -69,19 +69,21 @@ export class SessionEffects {
     this.#deps = deps;
   }
 
-  /** Implementations for the machine's named actions. Each only schedules work. */
-  actions() {
-    return {
-      startRuntime: () => this.#spawn(() => this.#ensureRuntime()),
-      askAgent: ({ context }: { context: SessionSnapshot['context'] }) => {
-        const cause = context.stepCause;
-        if (cause !== null) this.#spawn(() => this.#askAgent(cause));
-      },
-      runCommand: ({ context }: { context: SessionSnapshot['context'] }) => {
-        const pending = context.pendingCommand;
-        if (pending) this.#spawn(() => this.#runCommand(pending.eventId, pending.command));
-      },
-    };
+  /** The machine's `startRuntime` action. Each action only schedules work. */
+  startRuntime(): void {
+    this.#spawn(() => this.#ensureRuntime());
+  }
+
+  /** The machine's `askAgent` action. */
+  askAgent(context: SessionSnapshot['context']): void {
+    const cause = context.stepCause;
+    if (cause !== null) this.#spawn(() => this.#askAgent(cause));
+  }
+
+  /** The machine's `runCommand` action. */
+  runCommand(context: SessionSnapshot['context']): void {
+    const pending = context.pendingCommand;
+    if (pending) this.#spawn(() => this.#runCommand(pending.eventId, pending.command));
   }
 
   /**

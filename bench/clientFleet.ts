@@ -1,0 +1,86 @@
+// The parent's handle on clientProcess.ts: one node process holding every ws
+// client of the append benchmark, driven one command at a time over IPC.
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { ClientSpec, FleetCommand, FleetReply, Frame } from './clientProcess.ts';
+
+export type { ClientSpec, Frame };
+
+export class ClientFleet {
+  readonly #child: ChildProcess;
+  #pending: { resolve: (reply: FleetReply) => void; reject: (err: Error) => void } | null = null;
+  #exited: Error | null = null;
+
+  private constructor(child: ChildProcess) {
+    this.#child = child;
+    child.on('message', (reply: FleetReply) => {
+      const pending = this.#pending;
+      this.#pending = null;
+      if (reply.type === 'failed') pending?.reject(new Error(`the client process failed: ${reply.error}`));
+      else pending?.resolve(reply);
+    });
+    child.on('exit', (code, signal) => {
+      this.#exited = new Error(`the client process exited (${signal ?? code})`);
+      this.#pending?.reject(this.#exited);
+      this.#pending = null;
+    });
+  }
+
+  /** Starts the client process (plain node with tsx, no server code loaded). */
+  static start(): ClientFleet {
+    const child = fork(fileURLToPath(new URL('./clientProcess.ts', import.meta.url)), [], {
+      execArgv: ['--import', 'tsx'],
+      // The repository root, so that `--import tsx` finds this checkout's tsx wherever the bench was started.
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      serialization: 'advanced',
+    });
+    return new ClientFleet(child);
+  }
+
+  get pid(): number {
+    const pid = this.#child.pid;
+    if (pid === undefined) throw new Error('the client process did not start');
+    return pid;
+  }
+
+  /** Opens every client's ws (each resolves on its `sync` frame). */
+  async connect(wsBase: string, clients: ClientSpec[]): Promise<void> {
+    await this.#ask({ type: 'connect', wsBase, clients });
+  }
+
+  /**
+   * Every sending client sends `messages` messages with at most `window` in
+   * flight; resolves when every client has every event they caused, with the
+   * client side's own timing in ms (first send to last client done).
+   */
+  async run(messages: number, window: number): Promise<number> {
+    const reply = await this.#ask({ type: 'run', messages, window });
+    if (reply.type !== 'done') throw new Error(`the client process answered ${reply.type} to run`);
+    return reply.ms;
+  }
+
+  /** Every client's event frames so far, in the order of `connect` (asked apart from `run`, so their shipping is not measured). */
+  async frames(): Promise<Frame[][]> {
+    const reply = await this.#ask({ type: 'frames' });
+    if (reply.type !== 'frames') throw new Error(`the client process answered ${reply.type} to frames`);
+    return reply.received;
+  }
+
+  async close(): Promise<void> {
+    if (!this.#exited) await this.#ask({ type: 'close' });
+  }
+
+  stop(): void {
+    if (this.#child.exitCode === null && this.#child.signalCode === null) this.#child.kill();
+  }
+
+  #ask(command: FleetCommand): Promise<FleetReply> {
+    if (this.#exited) return Promise.reject(this.#exited);
+    if (this.#pending) return Promise.reject(new Error(`the client process is still busy (asked to ${command.type})`));
+    return new Promise((resolve, reject) => {
+      this.#pending = { resolve, reject };
+      this.#child.send(command);
+    });
+  }
+}

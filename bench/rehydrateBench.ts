@@ -1,0 +1,202 @@
+// (c, d) Bringing a long conversation back into memory: from its snapshot,
+// and by folding its whole log, against the raw JetStream reads they stand on.
+import { performance } from 'node:perf_hooks';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import { foldEvents } from '../machines/index.ts';
+import { scriptedAgent } from '../src/agent/index.ts';
+import { silentLogger } from '../src/logger.ts';
+import { CreateConversationBody, type LoggedEvent } from '../src/protocol/index.ts';
+import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
+import { loadSessionState, SessionManager, type LoadedState } from '../src/session/index.ts';
+import {
+  jetStreamEventLog,
+  kvConversationStore,
+  kvSnapshotStore,
+  memorySnapshotStore,
+  subjectFor,
+  type JetStreamEventLog,
+  type KvSnapshotStore,
+  type NatsConnection,
+} from '../src/store/index.ts';
+import { messageText } from './benchClient.ts';
+import { within } from './measure.ts';
+import type { ReadFixture } from './readBench.ts';
+
+const USER = 'rehydrate-user';
+/** `session_passivated` and the runtime's `stopped` status: what passivation adds. */
+const PASSIVATION_EVENTS = 2;
+
+export interface RehydrateFixture {
+  manager: SessionManager;
+  log: JetStreamEventLog;
+  snapshots: KvSnapshotStore;
+  conversationId: string;
+  /** Stored events of the conversation when it was passivated. */
+  events: number;
+  buildMs: number;
+  /** The same conversation for `rawRead` (readBench), on the baseline's own connection. */
+  raw: ReadFixture;
+  /** The snapshot bucket and the stream, opened on the baseline's connection. */
+  rawKv: KV;
+  rawJsm: JetStreamManager;
+  drop(): Promise<void>;
+}
+
+/**
+ * A conversation of `events` stored events, written by a real SessionManager
+ * (JetStream log, KV stores, scripted agent, in-memory runtime): start-up,
+ * then rounds of user message, `running`, agent reply, `awaiting_user_input`,
+ * one round at a time as a user would chat, then passivated (snapshot written).
+ */
+export async function rehydrateFixture(nc: NatsConnection, rawNc: NatsConnection, events: number, tag: string, timeoutMs: number): Promise<RehydrateFixture> {
+  const stream = `BENCH_REHYDRATE_${tag}`;
+  const buckets = [`bench_rh_conversations_${tag}`, `bench_rh_snapshots_${tag}`] as const;
+  const log = await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.rehydrate${tag}` });
+  const snapshots = await kvSnapshotStore(nc, { bucket: buckets[1] });
+  const manager = new SessionManager({
+    log,
+    conversations: await kvConversationStore(nc, { bucket: buckets[0] }),
+    snapshots,
+    runtimes: memoryRuntimeProvider(),
+    agentFor: () => scriptedAgent(),
+    logger: silentLogger,
+  });
+  const drop = async () => {
+    await manager.shutdown();
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(stream).catch(() => false);
+    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
+  };
+  try {
+    const t0 = performance.now();
+    const conversationId = await within(timeoutMs, 'building the rehydration conversation', chat(manager, log, events));
+    await manager.passivate(conversationId, 'close_delay');
+    const buildMs = performance.now() - t0;
+    const last = await log.last(conversationId);
+    const snapshot = await snapshots.get(conversationId);
+    if (!last || last.event.type !== 'session_passivated') throw new Error(`the conversation does not end passivated (${last?.event.type})`);
+    if (snapshot?.seq !== last.seq) throw new Error(`the snapshot stands at seq ${snapshot?.seq}, the log at ${last.seq}`);
+    if (manager.liveCount !== 0) throw new Error('the session is still in memory after passivation');
+    const count = last.event.id + 1;
+    const raw: ReadFixture = {
+      log,
+      js: jetstream(rawNc),
+      stream,
+      subject: subjectFor(log.subjectPrefix, conversationId),
+      conversationId,
+      count,
+      drop: async () => {},
+    };
+    const rawKv = await new Kvm(rawNc).open(buckets[1]);
+    const rawJsm = await jetstreamManager(rawNc);
+    return { manager, log, snapshots, conversationId, events: count, buildMs, raw, rawKv, rawJsm, drop };
+  } catch (err) {
+    await drop();
+    throw err;
+  }
+}
+
+/** Creates the conversation and chats, one round at a time, until passivation will make it `events` long. */
+async function chat(manager: SessionManager, log: JetStreamEventLog, events: number): Promise<string> {
+  const { conversation_id: id } = await manager.create(USER, CreateConversationBody.parse({ max_iterations: 10_000 }));
+  let idle = -1;
+  let wake: (() => void) | null = null;
+  const unsubscribe = manager.subscribe(id, {
+    event: ({ event }: LoggedEvent) => {
+      if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
+      idle = event.id;
+      wake?.();
+    },
+    status: () => {},
+  });
+  try {
+    // Start-up may have ended before the subscription: its last stored event is the idle state fact.
+    for (;;) {
+      const last = await log.last(id);
+      if (last?.event.type === 'agent_state_changed' && last.event.data.state === 'awaiting_user_input') {
+        idle = Math.max(idle, last.event.id);
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const rounds = Math.floor((events - (idle + 1) - PASSIVATION_EVENTS) / 4);
+    for (let round = 0; round < rounds; round++) {
+      const before = idle;
+      const answered = new Promise<void>((resolve) => (wake = () => idle > before && resolve()));
+      await manager.act(id, USER, { type: 'message', content: messageText(0, round) });
+      if (idle <= before) await answered;
+    }
+    return id;
+  } finally {
+    unsubscribe();
+  }
+}
+
+export interface Timed<T> {
+  ms: number;
+  result: T;
+}
+
+async function timed<T>(work: () => Promise<T>): Promise<Timed<T>> {
+  const t0 = performance.now();
+  const result = await work();
+  return { ms: performance.now() - t0, result };
+}
+
+/** `loadSessionState` with the snapshot the passivation wrote: nothing left to fold. */
+export async function loadFromSnapshot(f: RehydrateFixture): Promise<Timed<LoadedState>> {
+  const run = await timed(() => loadSessionState(f.log, f.snapshots, f.conversationId));
+  const loaded = run.result;
+  if (loaded?.from !== 'snapshot' || loaded.folded !== 0) throw new Error(`expected a snapshot load with nothing to fold, got ${loaded?.from} + ${loaded?.folded}`);
+  if (loaded.state.nextEventId !== f.events) throw new Error(`the snapshot load ends at event ${loaded.state.nextEventId}, the log at ${f.events}`);
+  return { ms: run.ms, result: loaded };
+}
+
+/**
+ * The baseline for a snapshot load: the two reads it cannot avoid, raw: the
+ * snapshot's KV entry (JSON.parse), then the subject's last message (is
+ * anything stored after the snapshot?).
+ */
+export async function rawSnapshotRead(f: RehydrateFixture): Promise<Timed<number>> {
+  return timed(async () => {
+    const record = (await f.rawKv.get(f.conversationId))?.json<{ seq: number }>();
+    if (!record) throw new Error('the raw KV read found no snapshot');
+    const last = await f.rawJsm.direct.getMessage(f.raw.stream, { last_by_subj: f.raw.subject });
+    if (last?.seq !== record.seq) throw new Error(`raw reads: snapshot at seq ${record.seq}, last message at ${last?.seq}`);
+    return last.seq;
+  });
+}
+
+/** `loadSessionState` with no snapshot (a fresh, empty snapshot store): read and fold the whole log. */
+export async function loadByFold(f: RehydrateFixture): Promise<Timed<LoadedState>> {
+  const empty = memorySnapshotStore();
+  const run = await timed(() => loadSessionState(f.log, empty, f.conversationId));
+  const loaded = run.result;
+  if (loaded?.from !== 'log' || loaded.folded !== f.events) throw new Error(`expected a fold of ${f.events} events, got ${loaded?.from} + ${loaded?.folded}`);
+  return { ms: run.ms, result: loaded };
+}
+
+/**
+ * The whole way back through the manager: `manager.session()` (ownership
+ * check, snapshot load, actor started, `session_rehydrated` stored). The
+ * session is passivated again afterwards, untimed, so every run starts alike.
+ */
+export async function managerRehydrate(f: RehydrateFixture): Promise<Timed<string>> {
+  const run = await timed(async () => (await f.manager.session(f.conversationId, USER)).state);
+  const last = await f.log.last(f.conversationId);
+  if (last?.event.type !== 'session_rehydrated' || last.event.data.from !== 'snapshot') {
+    throw new Error(`manager.session() did not rehydrate from the snapshot (last event ${last?.event.type})`);
+  }
+  await f.manager.passivate(f.conversationId, 'close_delay');
+  if (f.manager.liveCount !== 0) throw new Error('the session stayed in memory after passivation');
+  return run;
+}
+
+/** The two halves of a full-fold load, timed apart: `log.read` of the whole log, then `foldEvents` of it. */
+export async function foldParts(f: RehydrateFixture): Promise<{ readMs: number; foldMs: number }> {
+  const read = await timed(() => f.log.read(f.conversationId));
+  const fold = await timed(async () => foldEvents(read.result.items));
+  if (fold.result.folded !== f.events) throw new Error(`foldEvents folded ${fold.result.folded} events, expected ${f.events}`);
+  return { readMs: read.ms, foldMs: fold.ms };
+}
