@@ -28,6 +28,12 @@ export interface AppendPlan {
   window: number;
   /** ws clients per conversation: one sends, the others only watch (fan-out). */
   clientsPerConversation: number;
+  /**
+   * User actions only: the agent thinks (for minutes) after the first message,
+   * so every further user message is stored and delivered as one event and
+   * nothing else is produced. A client is done when its messages are back.
+   */
+  userActionsOnly?: boolean;
   timeoutMs: number;
 }
 
@@ -128,7 +134,7 @@ export async function tetherAppendRun(
     conversations,
     snapshots,
     runtimes: memoryRuntimeProvider(),
-    agentFor: () => scriptedAgent(),
+    agentFor: () => (plan.userActionsOnly ? scriptedAgent({ delayMs: 10 * 60_000 }) : scriptedAgent()),
     logger: silentLogger,
   });
   const server = tetherServer({
@@ -160,7 +166,7 @@ export async function tetherAppendRun(
     await within(plan.timeoutMs, 'connecting clients', fleet.connect(`ws://127.0.0.1:${address.port}`, specs));
 
     const cpu = cpuMeter(natsPid, fleet.pid);
-    const ms = await around(() => within(plan.timeoutMs, 'the append run', fleet.run(plan.messagesPerConversation, plan.window)));
+    const ms = await around(() => within(plan.timeoutMs, 'the append run', fleet.run(plan.messagesPerConversation, plan.window, !plan.userActionsOnly)));
     const used = cpu();
     const received = await within(plan.timeoutMs, 'collecting the frames', fleet.frames());
 

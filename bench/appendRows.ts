@@ -13,13 +13,20 @@ const FAN_OUT = 3;
 
 type Plan = AppendPlan & { reps: Repetitions };
 
-function plans(ctx: BenchContext): { single: Plan; fanOut: Plan } {
+function plans(ctx: BenchContext): { single: Plan; fanOut: Plan; actions: Plan } {
   const base = ctx.quick
     ? { conversations: 100, messagesPerConversation: 5, window: 5, timeoutMs: ctx.stepTimeoutMs }
     : { conversations: 100, messagesPerConversation: 40, window: 8, timeoutMs: ctx.stepTimeoutMs };
   return {
     single: { ...base, clientsPerConversation: 1, reps: ctx.quick ? { warmups: 1, runs: 2 } : { warmups: 1, runs: 5 } },
     fanOut: { ...base, clientsPerConversation: FAN_OUT, reps: ctx.quick ? { warmups: 0, runs: 1 } : { warmups: 1, runs: 3 } },
+    actions: {
+      ...base,
+      messagesPerConversation: base.messagesPerConversation * 4,
+      clientsPerConversation: 1,
+      userActionsOnly: true,
+      reps: ctx.quick ? { warmups: 1, runs: 2 } : { warmups: 1, runs: 5 },
+    },
   };
 }
 
@@ -60,9 +67,26 @@ function cpuNote(label: string, results: readonly Paired[]): string {
 }
 
 export async function measureAppend(ctx: BenchContext, forceProfile: boolean): Promise<{ rows: Row[]; profiles: ProfileSection[] }> {
-  const { single, fanOut } = plans(ctx);
+  const { single, fanOut, actions } = plans(ctx);
   const fleet = ClientFleet.start();
   try {
+    // (a) as the issue defines it: user actions over ws → stored → delivered back.
+    const userRuns = await pairedRuns(ctx, fleet, actions, 'user actions');
+    const userTether = median(userRuns.map((r) => r.tether.perSecond));
+    const userRaw = median(userRuns.map((r) => r.raw.perSecond));
+    const userRatio = userTether / userRaw;
+    ctx.notes.push(cpuNote('user actions', userRuns));
+    const rows: Row[] = [
+      {
+        measurement: `(a) append: user actions over ws → stored → delivered back, ${actions.conversations} conversations (clients in their own process), stored events/s vs raw JetStream async publish of the same payloads`,
+        tether: `${fmt.int(userTether)} events/s`,
+        baseline: `${fmt.int(userRaw)} msgs/s`,
+        ratio: userRatio,
+        target: `≥ ${APPEND_TARGET}`,
+        pass: userRatio >= APPEND_TARGET,
+      },
+    ];
+
     const results = await pairedRuns(ctx, fleet, single, 'append');
     const tether = median(results.map((r) => r.tether.perSecond));
     const raw = median(results.map((r) => r.raw.perSecond));
@@ -71,19 +95,16 @@ export async function measureAppend(ctx: BenchContext, forceProfile: boolean): P
     if (ratio < APPEND_TARGET) {
       const needed = raw * APPEND_TARGET;
       ctx.notes.push(
-        `**Append target missed** by ${fmt.ratio(APPEND_TARGET - ratio)} (ratio ${fmt.ratio(ratio)} against ≥ ${APPEND_TARGET}): at this baseline Tether needs ${fmt.int(needed)} events/s, ${((needed / tether - 1) * 100).toFixed(0)}% more than it reached. See the append profile below for where the time goes.`,
+        `**Whole turns (a1) below 0.5** (not the target's definition, but what a conversation costs) by ${fmt.ratio(APPEND_TARGET - ratio)} (ratio ${fmt.ratio(ratio)} against ≥ ${APPEND_TARGET}): at this baseline Tether needs ${fmt.int(needed)} events/s, ${((needed / tether - 1) * 100).toFixed(0)}% more than it reached. See the append profile below for where the time goes.`,
       );
     }
-    const rows: Row[] = [
-      {
-        measurement: `(a) append: stored events/s, ${single.conversations} conversations over ws (clients in their own process) vs raw JetStream async publish`,
-        tether: `${fmt.int(tether)} events/s`,
-        baseline: `${fmt.int(raw)} msgs/s`,
-        ratio,
-        target: `≥ ${APPEND_TARGET}`,
-        pass: ratio >= APPEND_TARGET,
-      },
-    ];
+    rows.push({
+      measurement: `(a1) whole conversation turns: each user message and everything it causes (state facts, the scripted agent's step and reply), ${single.conversations} conversations, stored events/s vs raw JetStream async publish`,
+      tether: `${fmt.int(tether)} events/s`,
+      baseline: `${fmt.int(raw)} msgs/s`,
+      ratio,
+      target: '— (no target; the same 0.5 is not met, see notes)',
+    });
 
     const fan = await pairedRuns(ctx, fleet, fanOut, 'fan-out');
     const fanTether = median(fan.map((r) => r.tether.perSecond));
@@ -100,7 +121,7 @@ export async function measureAppend(ctx: BenchContext, forceProfile: boolean): P
     });
 
     const profiles: ProfileSection[] = [];
-    if (forceProfile || ratio < APPEND_TARGET) {
+    if (forceProfile || ratio < APPEND_TARGET || userRatio < APPEND_TARGET) {
       profiles.push(
         await profileSection(
           ctx.runId,
@@ -121,7 +142,8 @@ export async function measureAppend(ctx: BenchContext, forceProfile: boolean): P
 function settings(single: Plan, fanOut: Plan): string[] {
   const reps = (p: Plan) => `${p.reps.warmups} warm-up + ${p.reps.runs} measured runs, median`;
   return [
-    `Append (a): ${single.conversations} users with one conversation and one ws client each (default session limits), ${single.messagesPerConversation} user messages per client with at most ${single.window} in flight (a message is in flight until it comes back as a stored \`message\` event); scripted agent, in-memory runtime, JetStream event log, KV conversation and snapshot stores, silent logger; ${reps(single)}; a run during which other processes used over 20% of a core is run again (at most ${single.reps.runs} times).`,
+    `Append (a), user actions: as (a1) below, but the scripted agent thinks for 10 minutes after the first message, so each further user message is stored and delivered back as exactly one event and nothing else is produced (the session is \`running\`, a message there is accepted and stored as unread); ${single.messagesPerConversation * 4} messages per client with at most ${single.window} in flight; a client is done when all its messages are back as event frames. Frames are checked against REST as below.`,
+    `Append (a1), whole turns: ${single.conversations} users with one conversation and one ws client each (default session limits), ${single.messagesPerConversation} user messages per client with at most ${single.window} in flight (a message is in flight until it comes back as a stored \`message\` event); scripted agent, in-memory runtime, JetStream event log, KV conversation and snapshot stores, silent logger; ${reps(single)}; a run during which other processes used over 20% of a core is run again (at most ${single.reps.runs} times).`,
     'Append clients: every ws client runs in one separate node process (`bench/clientProcess.ts`, started once per bench with `node --import tsx`), as real clients are other programs; the bench drives it over IPC. The server\'s process runs only the Tether server (HTTP, ws, sessions, its NATS client). CPU is counted per process: the server\'s, nats-server\'s and the clients\' (from /proc).',
     'Append timing: from the first message sent to the last client having every event its messages caused (all its messages back and the agent out of `running` after the last one), as the client process measures it; conversation creation and start-up are not timed. Afterwards every client\'s event frames (seq and event JSON, shipped back over IPC) are checked against the REST events list (same seqs, same order, same JSON, none missing or extra).',
     `Append (a2), fan-out: as (a) with ${fanOut.clientsPerConversation} ws clients per conversation on the same cursor: the first sends the messages, the others only receive; a run ends when every watcher also has the sender's last event. Every client's frames are checked as above. ${reps(fanOut)}.`,

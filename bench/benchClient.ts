@@ -37,7 +37,7 @@ export class BenchClient {
   #lastUserSeq = -1;
   #settled: { seq: number; state: string } | null = null;
   #finish: { resolve: () => void; reject: (err: Error) => void } | null = null;
-  #plan = { messages: 0, window: 1 };
+  #plan = { messages: 0, window: 1, settle: true };
   #failure: Error | null = null;
   #waitingFor: { seq: number; resolve: () => void } | null = null;
 
@@ -71,8 +71,8 @@ export class BenchClient {
   }
 
   /** Sends `messages` user messages, at most `window` in flight; resolves when everything they caused is back. */
-  run(messages: number, window: number): Promise<void> {
-    this.#plan = { messages, window };
+  run(messages: number, window: number, settle = true): Promise<void> {
+    this.#plan = { messages, window, settle };
     return new Promise((resolve, reject) => {
       this.#finish = { resolve, reject };
       if (this.#failure) reject(this.#failure);
@@ -129,9 +129,13 @@ export class BenchClient {
     if (this.#done()) this.#finish?.resolve();
   }
 
-  /** All messages are back and the agent stopped running after the last one: nothing more will come. */
+  /**
+   * All messages are back and (when the plan settles) the agent stopped running
+   * after the last one: nothing more will come.
+   */
   #done(): boolean {
     const settled = this.#settled;
+    if (!this.#plan.settle) return this.#echoed === this.#plan.messages;
     return (
       this.#echoed === this.#plan.messages &&
       settled !== null &&

@@ -54,8 +54,8 @@ export class ClientFleet {
    * flight; resolves when every client has every event they caused, with the
    * client side's own timing in ms (first send to last client done).
    */
-  async run(messages: number, window: number): Promise<number> {
-    const reply = await this.#ask({ type: 'run', messages, window });
+  async run(messages: number, window: number, settle = true): Promise<number> {
+    const reply = await this.#ask({ type: 'run', messages, window, settle });
     if (reply.type !== 'done') throw new Error(`the client process answered ${reply.type} to run`);
     return reply.ms;
   }

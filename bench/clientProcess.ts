@@ -17,7 +17,7 @@ export interface ClientSpec {
 
 export type FleetCommand =
   | { type: 'connect'; wsBase: string; clients: ClientSpec[] }
-  | { type: 'run'; messages: number; window: number }
+  | { type: 'run'; messages: number; window: number; settle: boolean }
   | { type: 'frames' }
   | { type: 'close' };
 
@@ -45,7 +45,7 @@ async function handle(command: FleetCommand): Promise<FleetReply> {
       await Promise.all(
         clients.map(async (sender, i) => {
           if (!specs[i]!.sends) return;
-          await sender.run(command.messages, command.window);
+          await sender.run(command.messages, command.window, command.settle);
           // Done when every watcher of the conversation has what the sender has.
           const watchers = clients.filter((_, k) => k !== i && specs[k]!.conversationId === specs[i]!.conversationId);
           await Promise.all(watchers.map((w) => w.until(sender.lastSeq)));
