@@ -1,3 +1,5 @@
+import type { Logger } from '../logger.ts';
+
 export const SECRET_MASK = '<secret_hidden>';
 
 export type Masker = <T>(value: T) => T;
@@ -24,5 +26,20 @@ export function secretMasker(secrets: Iterable<string>): Masker {
     return value;
   };
   return <T>(value: T) => mask(value) as T;
+}
+
+
+/** Log lines never carry a secret value in clear, whichever conversation it belongs to. */
+export function maskingLogger(base: Logger, secrets: () => Iterable<Record<string, string>>): Logger {
+  const masked = (fields?: Record<string, unknown>) => {
+    if (!fields) return fields;
+    const values = [...secrets()].flatMap((s) => Object.values(s));
+    return values.length === 0 ? fields : secretMasker(values)(fields);
+  };
+  return {
+    info: (m, f) => base.info(m, masked(f)),
+    warn: (m, f) => base.warn(m, masked(f)),
+    error: (m, f) => base.error(m, masked(f)),
+  };
 }
 

@@ -16,7 +16,7 @@ import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationNotFoundError, SessionClosedError } from './errors.ts';
 import { loadSessionState, wasMidTask } from './loadSession.ts';
 import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
-import { secretMasker } from './secretMasker.ts';
+import { maskingLogger } from './secretMasker.ts';
 import { Session, type SessionDeps, type SubmitResult } from './session.ts';
 
 export interface SessionLimits extends PassivationLimits {
@@ -307,20 +307,6 @@ export class SessionManager {
       },
     };
   }
-}
-
-/** Log lines never carry a secret value in clear, whichever conversation it belongs to. */
-function maskingLogger(base: Logger, secrets: () => Iterable<Record<string, string>>): Logger {
-  const masked = (fields?: Record<string, unknown>) => {
-    if (!fields) return fields;
-    const values = [...secrets()].flatMap((s) => Object.values(s));
-    return values.length === 0 ? fields : secretMasker(values)(fields);
-  };
-  return {
-    info: (m, f) => base.info(m, masked(f)),
-    warn: (m, f) => base.warn(m, masked(f)),
-    error: (m, f) => base.error(m, masked(f)),
-  };
 }
 
 function proposalFor(action: Exclude<UserAction, { type: 'reconnect_runtime' }>): NewEvent {
