@@ -3,7 +3,7 @@ import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 
 /** Bump when a change makes old persisted snapshots unsafe to restore. */
-export const SESSION_MACHINE_VERSION = 2;
+export const SESSION_MACHINE_VERSION = 3;
 
 /** Rate-limited steps tried again before the agent gives up in error. */
 export const DEFAULT_RATE_LIMIT_RETRIES = 5;
@@ -82,6 +82,26 @@ const startsWork = {
 } as const;
 const stops = { guard: wants('stopped'), target: '#session.active.stopped', actions: 'clearCommand' } as const;
 const recordsLateOutput = { guard: 'answersPendingCommand', actions: 'clearCommand' } as const;
+type StepAction = 'endStep' | 'resetRetries' | 'clearCommand' | 'clearDeadline' | 'forgetState';
+
+/**
+ * Another agent step when the limits allow it, else error with the limit's
+ * reason. (A user message needs no check: it extends a reached limit.) Going
+ * straight to `thinking` instead of through a transient state saves a
+ * microstep, and so a snapshot, per step: folds are that much cheaper.
+ */
+const stepping = (when: 'pendingCommandWasAgents', actions: readonly StepAction[]) =>
+  [
+    {
+      guard: and([when, 'hasIterationsLeft', 'hasBudgetLeft']),
+      target: '#session.active.running.thinking',
+      reenter: true,
+      actions: [...actions],
+    },
+    { guard: and([when, 'hasBudgetLeft']), target: '#session.active.error', actions: [...actions, 'recordIterationLimit'] },
+    { guard: when, target: '#session.active.error', actions: [...actions, 'recordBudgetLimit'] },
+  ] as const;
+
 /** Leaving memory keeps the agent state to come back to; never with a command still out. */
 const passivates = (state: AgentState) =>
   ({
@@ -277,7 +297,7 @@ export const sessionMachine = setup({
         running: {
           description: 'The agent is working: thinking about its next action or running a command.',
           tags: ['running'],
-          initial: 'next',
+          initial: 'thinking',
           on: {
             'user.message': { actions: 'markUnread' },
             'user.change_state': [
@@ -287,20 +307,28 @@ export const sessionMachine = setup({
             'session.passivate': passivates('running'),
           },
           states: {
-            next: {
-              description: 'Decides whether the agent may take another step.',
-              always: [
-                { guard: and(['hasIterationsLeft', 'hasBudgetLeft']), target: 'thinking' },
-                { guard: 'hasBudgetLeft', target: '#session.active.error', actions: 'recordIterationLimit' },
-                { target: '#session.active.error', actions: 'recordBudgetLimit' },
-              ],
-            },
             thinking: {
               description: 'Waiting for the agent to choose its next action.',
               entry: ['beginStep', 'askAgent'],
               on: {
                 'agent.message': [
-                  { guard: and(['answersCurrentStep', 'hasUnreadMessage']), target: 'next', actions: ['endStep', 'resetRetries'] },
+                  // A message came while the agent worked: another step for it, within the limits.
+                  {
+                    guard: and(['answersCurrentStep', 'hasUnreadMessage', 'hasIterationsLeft', 'hasBudgetLeft']),
+                    target: 'thinking',
+                    reenter: true,
+                    actions: ['endStep', 'resetRetries'],
+                  },
+                  {
+                    guard: and(['answersCurrentStep', 'hasUnreadMessage', 'hasBudgetLeft']),
+                    target: '#session.active.error',
+                    actions: ['endStep', 'resetRetries', 'recordIterationLimit'],
+                  },
+                  {
+                    guard: and(['answersCurrentStep', 'hasUnreadMessage']),
+                    target: '#session.active.error',
+                    actions: ['endStep', 'resetRetries', 'recordBudgetLimit'],
+                  },
                   { guard: 'answersCurrentStep', target: '#session.active.awaiting_user_input', actions: ['endStep', 'resetRetries'] },
                 ],
                 'agent.run': [
@@ -329,8 +357,8 @@ export const sessionMachine = setup({
               entry: 'runCommand',
               on: {
                 'command.finished': [
-                  { guard: 'pendingCommandWasAgents', target: 'next', actions: 'clearCommand' },
-                  { guard: 'hasUnreadMessage', target: 'next', actions: 'clearCommand' },
+                  ...stepping('pendingCommandWasAgents', ['clearCommand']),
+                  { guard: 'hasUnreadMessage', target: 'thinking', actions: 'clearCommand' },
                   { target: '#session.active.awaiting_user_input', actions: 'clearCommand' },
                 ],
               },
@@ -345,7 +373,9 @@ export const sessionMachine = setup({
             'user.message': { actions: 'markUnread' },
             'user.change_state': [
               { guard: and([wants('running'), 'hasPendingCommand']), target: 'running.executing' },
-              { guard: wants('running'), target: 'running' },
+              { guard: and([wants('running'), 'hasIterationsLeft', 'hasBudgetLeft']), target: 'running.thinking' },
+              { guard: and([wants('running'), 'hasBudgetLeft']), target: 'error', actions: 'recordIterationLimit' },
+              { guard: wants('running'), target: 'error', actions: 'recordBudgetLimit' },
               stops,
             ],
             'command.finished': recordsLateOutput,
@@ -402,7 +432,11 @@ export const sessionMachine = setup({
           tags: ['rate_limited'],
           on: {
             'user.message': { actions: 'markUnread' },
-            'deadline.passed': { guard: 'deadlinePassed', target: 'running', actions: 'clearDeadline' },
+            'deadline.passed': [
+              { guard: and(['deadlinePassed', 'hasIterationsLeft', 'hasBudgetLeft']), target: 'running.thinking', actions: 'clearDeadline' },
+              { guard: and(['deadlinePassed', 'hasBudgetLeft']), target: 'error', actions: ['clearDeadline', 'recordIterationLimit'] },
+              { guard: 'deadlinePassed', target: 'error', actions: ['clearDeadline', 'recordBudgetLimit'] },
+            ],
             'user.change_state': [{ guard: wants('paused'), target: 'paused', actions: 'clearDeadline' }, stops],
             'session.passivate': passivates('rate_limited'),
           },
