@@ -32,13 +32,7 @@ export interface Deadline {
   at: number;
 }
 
-export interface SessionContext {
-  conversationId: string;
-  user: string;
-  maxIterations: number;
-  maxBudget: number | null;
-  maxRateLimitRetries: number;
-  confirmationMode: boolean;
+export interface SessionContext extends SessionInput {
   /** Agent steps taken so far. */
   iterations: number;
   /** USD spent on LLM calls so far. */

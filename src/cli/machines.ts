@@ -2,6 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { StateMachine, type AnyStateMachine, type AnyStateNode, type AnyTransitionDefinition } from 'xstate';
 import * as machinesModule from '../../machines/index.ts';
+import { processIO, type CliIO } from './io.ts';
 
 /** A machine exported by machines/index.ts, with its persisted-snapshot version when one is exported. */
 export interface MachineEntry {
@@ -207,15 +208,6 @@ Stately editor (stately.ai) to see and simulate the machine.
   --id ID     write only that machine's config (ready to paste)
   --out FILE  write to FILE instead of stdout`;
 
-export interface CliIO {
-  stdout(text: string): void;
-  stderr(text: string): void;
-}
-
-const processIO: CliIO = {
-  stdout: (text) => process.stdout.write(text),
-  stderr: (text) => process.stderr.write(text),
-};
 
 /** `tether machines`: resolves with the exit code. */
 export async function machinesCommand(argv: string[], io: CliIO = processIO): Promise<number> {

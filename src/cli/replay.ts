@@ -5,6 +5,7 @@ import { loadConfig } from '../config.ts';
 import { ConversationId, type LoggedEvent } from '../protocol/index.ts';
 import type { EventLog } from '../store/index.ts';
 import { openEventLog, type StoreOrigin } from './openStore.ts';
+import { processIO, type CliIO } from './io.ts';
 
 const USAGE = `usage: tether replay <conversation_id> [--at SEQ] [--json]
 
@@ -17,15 +18,6 @@ agent state and context.
 Reads NATS_URL, or the embedded store under TETHER_DATA_DIR (joining a
 running Tether's nats-server, or starting one just for the read).`;
 
-export interface CliIO {
-  stdout(text: string): void;
-  stderr(text: string): void;
-}
-
-const processIO: CliIO = {
-  stdout: (text) => process.stdout.write(text),
-  stderr: (text) => process.stderr.write(text),
-};
 
 /** One line of the replay: a stored event and the transition it caused, if any. */
 export interface ReplayStep {
