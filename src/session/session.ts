@@ -10,13 +10,16 @@ import {
 } from '../../machines/index.ts';
 import { errorFields } from '../logger.ts';
 import type { AgentState, NewEvent, PassivationReason, RuntimeStatus, StoredEvent } from '../protocol/index.ts';
-import { EVENT_VERSION } from '../protocol/index.ts';
+import { EVENT_VERSION, eventJson } from '../protocol/index.ts';
 import { VersionConflictError, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { describeEvent, stateFact } from './facts.ts';
 import { SessionEffects, type SessionEffectDeps } from './sessionEffects.ts';
 import { DeadlineTimer } from './deadlineTimer.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
+
+/** Bytes of stored events a live session keeps at hand for its agent; beyond, it reads them from the log per step. */
+const HISTORY_CACHE_BYTES = 4 * 1024 * 1024;
 
 /** Each live actor's effects. The machine is provided once for all sessions (a copy per session cost ~46 KiB). */
 const effectsOf = new WeakMap<AnyActorRef, SessionEffects>();
@@ -70,6 +73,8 @@ export class Session {
   readonly #mask: Masker;
   #actor: Actor<SessionMachine> | null = null;
   #history: StoredEvent[] | null;
+  /** Bytes of the events in `#history`: past HISTORY_CACHE_BYTES the history is read from the log when needed. */
+  #historyBytes = 0;
   #lastSeq: number;
   #nextEventId: number;
   /** This conversation's events since the last snapshot (stream sequences are shared by all conversations). */
@@ -83,6 +88,10 @@ export class Session {
     this.conversationId = conversationId;
     this.#deps = deps;
     this.#history = restored ? restored.history : [];
+    if (this.#history) {
+      this.#historyBytes = this.#history.reduce((n, e) => n + eventJson(e).length, 0);
+      if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
+    }
     this.#lastSeq = restored?.lastSeq ?? 0;
     this.#nextEventId = restored?.nextEventId ?? 0;
     this.#mask = secretMasker(Object.values(deps.secrets));
@@ -145,11 +154,16 @@ export class Session {
   history(): Promise<readonly StoredEvent[]> {
     if (this.#history) return Promise.resolve(this.#history);
     return this.#mailboxed(async () => {
-      if (!this.#history) {
-        const { items } = await this.#deps.log.read(this.conversationId);
-        this.#history = items.filter((i) => i.seq <= this.#lastSeq).map((i) => i.event);
+      if (this.#history) return this.#history;
+      const { items } = await this.#deps.log.read(this.conversationId);
+      const history = items.filter((i) => i.seq <= this.#lastSeq).map((i) => i.event);
+      const bytes = history.reduce((n, e) => n + eventJson(e).length, 0);
+      // A long conversation's history is not kept: memory must not grow with the log.
+      if (bytes <= HISTORY_CACHE_BYTES) {
+        this.#history = history;
+        this.#historyBytes = bytes;
       }
-      return this.#history;
+      return history;
     });
   }
 
@@ -262,7 +276,11 @@ export class Session {
       this.#lastSeq = result.seq;
       this.#nextEventId = event.id + 1;
       this.#sinceSnapshot += 1;
-      this.#history?.push(event);
+      if (this.#history) {
+        this.#history.push(event);
+        this.#historyBytes += eventJson(event).length;
+        if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
+      }
       this.#deps.feed.publishEvent(this.conversationId, { seq: result.seq, event });
       return result;
     } catch (err) {
