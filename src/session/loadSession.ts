@@ -8,6 +8,8 @@ export interface LoadedState {
   from: 'snapshot' | 'log';
   /** Events folded on top of the snapshot (or the whole log). */
   folded: number;
+  /** The events read (after the snapshot, or all), with their seq. */
+  read: LoggedEvent[];
 }
 
 /**
@@ -32,6 +34,7 @@ export async function loadSessionState(log: EventLog, snapshots: SnapshotStore, 
       },
       from: 'snapshot',
       folded: items.length,
+      read: items,
     };
   }
   const { items } = await log.read(conversationId);
@@ -48,6 +51,7 @@ export async function loadSessionState(log: EventLog, snapshots: SnapshotStore, 
     },
     from: 'log',
     folded: items.length,
+    read: items,
   };
 }
 

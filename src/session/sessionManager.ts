@@ -282,6 +282,8 @@ export class SessionManager {
   async #rehydrate(id: string): Promise<Session> {
     const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
     if (!loaded) throw new ConversationNotFoundError(id);
+    // Before the session writes anything: connected clients first get what the log holds that they never saw.
+    this.feed.catchUp(id, loaded.read);
     const session = await Session.restore(id, this.#sessionDeps(id), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
     this.#logger.info('session rehydrated', { conversation_id: id, from: loaded.from, folded: loaded.folded, state: session.state });

@@ -1,0 +1,181 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import type { AgentState, LoggedEvent } from '../../src/protocol/index.ts';
+import { allEvents, http, type ServerExit, type ServerProcess } from './serverProcess.ts';
+
+/**
+ * Helpers for fault tests: killing the processes, probing readiness, and
+ * reading a conversation's log the way the assertions need it.
+ */
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** The embedded nats-server of a Tether: the live (not zombie) nats-server process whose arguments name its data dir. */
+export function embeddedNatsPid(dataDir: string): number | undefined {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      if (cmdline[0]?.endsWith('nats-server') && cmdline.some((a) => a.startsWith(dataDir)) && state !== 'Z') return Number(entry);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return undefined;
+}
+
+/** kill -9 of the Tether process; resolves once it is gone. */
+export async function killHard(server: ServerProcess): Promise<ServerExit> {
+  server.kill('SIGKILL');
+  return server.exited;
+}
+
+export interface ReadyzSample {
+  at: number;
+  /** HTTP status, or 0 when the request itself failed. */
+  status: number;
+}
+
+/** Polls `GET /readyz` at a steady pace until stopped, keeping every answer with its time. */
+export class ReadyzProbe {
+  readonly samples: ReadyzSample[] = [];
+  #running = true;
+  readonly #done: Promise<void>;
+
+  constructor(baseUrl: string, everyMs = 50) {
+    this.#done = (async () => {
+      while (this.#running) {
+        let status = 0;
+        try {
+          const res = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(2_000) });
+          await res.body?.cancel();
+          status = res.status;
+        } catch {
+          status = 0;
+        }
+        this.samples.push({ at: Date.now(), status });
+        await sleep(everyMs);
+      }
+    })();
+  }
+
+  /** First and last time a 503 was seen, or undefined when none was. */
+  notReadyWindow(): { from: number; to: number } | undefined {
+    const down = this.samples.filter((s) => s.status === 503);
+    return down.length === 0 ? undefined : { from: down[0]!.at, to: down.at(-1)!.at };
+  }
+
+  async stop(): Promise<void> {
+    this.#running = false;
+    await this.#done;
+  }
+}
+
+export type UserMessage = LoggedEvent & { event: Extract<LoggedEvent['event'], { type: 'message' }> };
+
+export function userMessages(events: readonly LoggedEvent[]): UserMessage[] {
+  return events.filter((e): e is UserMessage => e.event.source === 'user' && e.event.type === 'message');
+}
+
+/** How many times each user message content is stored. */
+export function contentCounts(events: readonly LoggedEvent[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const e of userMessages(events)) counts.set(e.event.data.content, (counts.get(e.event.data.content) ?? 0) + 1);
+  return counts;
+}
+
+/** User message contents stored more than once. */
+export function duplicatedContents(events: readonly LoggedEvent[]): string[] {
+  return [...contentCounts(events)].filter(([, n]) => n > 1).map(([content]) => content);
+}
+
+/** What is wrong with the ids (dense from 0) and seqs (increasing) of a log, or null. */
+export function idProblem(events: readonly LoggedEvent[]): string | null {
+  for (const [i, e] of events.entries()) {
+    if (e.event.id !== i) return `event #${i} (seq ${e.seq}) has id ${e.event.id}`;
+    if (i > 0 && e.seq <= events[i - 1]!.seq) return `seq ${e.seq} of #${i} is not above ${events[i - 1]!.seq}`;
+  }
+  return null;
+}
+
+/**
+ * The scripted agent's answers to a user message: it quotes the message at the
+ * start of a paragraph (one reply answers every message that waited, a paragraph each).
+ */
+export function answersTo(events: readonly LoggedEvent[], content: string): LoggedEvent[] {
+  const quote = `You said: "${content}".`;
+  return events.filter(
+    (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.split('\n\n').some((p) => p.startsWith(quote)),
+  );
+}
+
+const IDLE: ReadonlySet<AgentState> = new Set(['awaiting_user_input', 'finished', 'stopped', 'error', 'paused']);
+
+/** The log ends settled: its last event is a state fact saying the agent waits for the user. */
+export function settled(events: readonly LoggedEvent[]): boolean {
+  const last = events.at(-1)?.event;
+  return last?.type === 'agent_state_changed' && IDLE.has(last.data.state);
+}
+
+/** User messages that no agent message quotes. */
+export function unanswered(events: readonly LoggedEvent[]): UserMessage[] {
+  return userMessages(events).filter((m) => answersTo(events, m.event.data.content).length === 0);
+}
+
+/**
+ * Waits, bounded, until every conversation's log is settled and none has moved
+ * for `stableMs`. Asks for each conversation first (GET /api/conversations/:id),
+ * which brings back a session that a fault closed. Returns the logs.
+ */
+export async function untilQuiet(
+  baseUrl: string,
+  ids: readonly string[],
+  options: { timeoutMs?: number; stableMs?: number } = {},
+): Promise<Map<string, LoggedEvent[]>> {
+  const { timeoutMs = 60_000, stableMs = 500 } = options;
+  const deadline = Date.now() + timeoutMs;
+  let previous = new Map<string, number>();
+  let logs = new Map<string, LoggedEvent[]>();
+  let unsettled: string[] = [...ids];
+  while (Date.now() < deadline) {
+    await Promise.all(unsettled.map((id) => http(baseUrl, 'GET', `/api/conversations/${id}`).catch(() => undefined)));
+    try {
+      logs = new Map(await Promise.all(ids.map(async (id) => [id, await allEvents(baseUrl, id)] as const)));
+    } catch {
+      await sleep(stableMs);
+      continue;
+    }
+    unsettled = ids.filter((id) => !settled(logs.get(id)!));
+    const lastSeqs = new Map(ids.map((id) => [id, logs.get(id)!.at(-1)?.seq ?? 0]));
+    const moved = ids.some((id) => previous.get(id) !== lastSeqs.get(id));
+    if (unsettled.length === 0 && !moved) return logs;
+    previous = lastSeqs;
+    await sleep(stableMs);
+  }
+  const describe = unsettled.map((id) => `${id}: ends with ${JSON.stringify(logs.get(id)?.at(-1)?.event ?? null).slice(0, 200)}`);
+  throw new Error(`conversations did not settle within ${timeoutMs} ms: ${describe.join('; ') || 'their logs kept moving'}`);
+}
+
+/** One line per event, for assertion messages. */
+export function describeLog(events: readonly LoggedEvent[], max = 60): string {
+  const lines = events.map(
+    ({ seq, event }) =>
+      `${seq} #${event.id} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
+  );
+  return lines.length > max ? [...lines.slice(0, 10), `… ${lines.length - max} more …`, ...lines.slice(-(max - 10))].join('\n') : lines.join('\n');
+}
+
+/** Runs `work` on every item, at most `concurrency` at a time; resolves with the results in item order. */
+export async function inPool<T, R>(items: readonly T[], concurrency: number, work: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const index = next++;
+      results[index] = await work(items[index]!, index);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
+  return results;
+}
