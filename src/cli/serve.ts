@@ -59,8 +59,9 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     throw new Error(`cannot reach NATS at ${natsUrl}: ${errorFields(err).error}`);
   }
   let natsReady = true;
+  let closing = false;
   watchConnection(nc, (connected) => {
-    if (connected !== natsReady) logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
+    if (connected !== natsReady && !closing) logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
     natsReady = connected;
   });
   const log = await jetStreamEventLog(nc);
@@ -112,7 +113,13 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
       const steps: Array<[string, () => Promise<unknown>]> = [
         ['server', () => server.close()],
         ['sessions', () => manager.shutdown()],
-        ['nats connection', () => nc.drain()],
+        [
+          'nats connection',
+          () => {
+            closing = true;
+            return nc.drain();
+          },
+        ],
         ['embedded nats-server', stopEmbedded],
       ];
       for (const [name, step] of steps) {
