@@ -11,6 +11,7 @@ import {
   startServer,
   type ServerProcess,
 } from '../support/serverProcess.ts';
+import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
 const servers: ServerProcess[] = [];
@@ -89,26 +90,6 @@ function eventsWhen(server: ServerProcess, id: string, what: string, test: (even
   }, what, 45_000);
 }
 
-function stateOf(events: readonly LoggedEvent[]): string {
-  const fact = events.findLast((e) => e.event.type === 'agent_state_changed')?.event;
-  return fact?.type === 'agent_state_changed' ? fact.data.state : 'none';
-}
-
-const endsAwaiting = (events: readonly LoggedEvent[]) => {
-  const last = events.at(-1)?.event;
-  return last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input';
-};
-
-function userMessage(events: readonly LoggedEvent[], content: string): LoggedEvent | undefined {
-  return events.find((e) => e.event.source === 'user' && e.event.type === 'message' && e.event.data.content === content);
-}
-
-/** The scripted agent's answers to a user message (it quotes what it answers). */
-function repliesTo(events: readonly LoggedEvent[], content: string): LoggedEvent[] {
-  return events.filter(
-    (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.startsWith(`You said: "${content}".`),
-  );
-}
 
 type Output = LoggedEvent & { event: EventOf<'command_output'> };
 const outputsOf = (events: readonly LoggedEvent[]): Output[] =>

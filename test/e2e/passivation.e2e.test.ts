@@ -8,6 +8,7 @@ import {
   startServer,
   type ServerProcess,
 } from '../support/serverProcess.ts';
+import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
 import { WsClient, wsUrlFor, type EventFrame, type SyncFrame } from '../support/wsClient.ts';
 
 const servers: ServerProcess[] = [];
@@ -63,31 +64,8 @@ function eventsWhen(server: ServerProcess, id: string, what: string, test: (even
   }, what, timeoutMs);
 }
 
-function stateOf(events: readonly LoggedEvent[]): string {
-  const fact = events.findLast((e) => e.event.type === 'agent_state_changed')?.event;
-  return fact?.type === 'agent_state_changed' ? fact.data.state : 'none';
-}
 
-const isIdle = (events: readonly LoggedEvent[]) => {
-  const last = events.at(-1)?.event;
-  return last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input';
-};
-
-function userMessage(events: readonly LoggedEvent[], content: string): LoggedEvent | undefined {
-  return events.find((e) => e.event.source === 'user' && e.event.type === 'message' && e.event.data.content === content);
-}
-
-/**
- * The scripted agent's messages that answer the user message with this content
- * (it quotes what it answers; matched by content because `cause` is checked on its own).
- */
-function repliesTo(events: readonly LoggedEvent[], content: string): LoggedEvent[] {
-  return events.filter(
-    (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.startsWith(`You said: "${content}".`),
-  );
-}
-
-const answered = (content: string) => (events: readonly LoggedEvent[]) => repliesTo(events, content).length > 0 && isIdle(events);
+const answered = (content: string) => (events: readonly LoggedEvent[]) => repliesTo(events, content).length > 0 && endsAwaiting(events);
 
 function passivations(events: readonly LoggedEvent[]): Array<LoggedEvent & { event: EventOf<'session_passivated'> }> {
   return events.filter((e): e is LoggedEvent & { event: EventOf<'session_passivated'> } => e.event.type === 'session_passivated');
@@ -279,9 +257,9 @@ describe('passivation: sessions leave memory and come back', () => {
   it('keeps at most TETHER_MAX_LIVE sessions in memory and sends the least recently used idle one out first', async () => {
     const server = await start({ TETHER_MAX_LIVE: '2' });
     const a = await createConversation(server.baseUrl);
-    await eventsWhen(server, a, 'A ready', isIdle);
+    await eventsWhen(server, a, 'A ready', endsAwaiting);
     const b = await createConversation(server.baseUrl);
-    await eventsWhen(server, b, 'B ready', isIdle);
+    await eventsWhen(server, b, 'B ready', endsAwaiting);
     // A was created first but used last: B is now the least recently used.
     const touched = await http(server.baseUrl, 'POST', `/api/conversations/${a}/actions`, { action: { type: 'message', content: 'touch A' } });
     expect(touched.status).toBe(202);
@@ -316,7 +294,7 @@ describe('passivation: sessions leave memory and come back', () => {
     const ids = [];
     for (let i = 0; i < 4; i++) ids.push(await createConversation(server.baseUrl));
     const [third, oldest, second, bystander] = ids as [string, string, string, string];
-    for (const id of ids) await eventsWhen(server, id, `${id} ready`, isIdle);
+    for (const id of ids) await eventsWhen(server, id, `${id} ready`, endsAwaiting);
     const clients = new Map<string, WsClient>();
     for (const id of ids) clients.set(id, await connect(server, id));
     const runs = async (id: string, content: string) => {

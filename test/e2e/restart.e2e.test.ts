@@ -11,6 +11,7 @@ import {
   startServer,
   type ServerProcess,
 } from '../support/serverProcess.ts';
+import { endsAwaiting, stateOf } from '../support/logQueries.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
 const servers: ServerProcess[] = [];
@@ -44,10 +45,6 @@ function eventsWhen(server: ServerProcess, id: string, what: string, test: (even
   }, what, 60_000);
 }
 
-const isIdle = (events: LoggedEvent[]) => {
-  const last = events.at(-1)?.event;
-  return last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input';
-};
 
 /** The agent's message that answers the user message with this content (its cause is that message's id). */
 function replyTo(events: LoggedEvent[], content: string): LoggedEvent | undefined {
@@ -69,7 +66,7 @@ describe('restarting the server on the same data directory', () => {
     const id = await createConversation(first.baseUrl);
     const client = await connect(first, id);
     client.sendMessage('before the restart');
-    const before = await eventsWhen(first, id, 'the reply before the restart', (e) => isIdle(e) && replyTo(e, 'before the restart') !== undefined);
+    const before = await eventsWhen(first, id, 'the reply before the restart', (e) => endsAwaiting(e) && replyTo(e, 'before the restart') !== undefined);
     expectDenseIds(before);
 
     // A stopping server tells its clients it is going away.
@@ -100,7 +97,7 @@ describe('restarting the server on the same data directory', () => {
       second,
       id,
       'the replies after the restart',
-      (e) => isIdle(e) && replyTo(e, 'after the restart') !== undefined && e.some((x) => x.event.type === 'command_output'),
+      (e) => endsAwaiting(e) && replyTo(e, 'after the restart') !== undefined && e.some((x) => x.event.type === 'command_output'),
     );
     expectDenseIds(after);
     expect(after.slice(0, before.length)).toEqual(before);
@@ -153,7 +150,3 @@ describe('restarting the server on the same data directory', () => {
   }, 120_000);
 });
 
-function stateOf(events: LoggedEvent[]): string {
-  const fact = events.findLast((e) => e.event.type === 'agent_state_changed')?.event;
-  return fact?.type === 'agent_state_changed' ? fact.data.state : 'none';
-}

@@ -1,6 +1,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import type { AgentState, LoggedEvent } from '../../src/protocol/index.ts';
 import { allEvents, http, type ServerExit, type ServerProcess } from './serverProcess.ts';
+import { repliesTo } from './logQueries.ts';
 
 /**
  * Helpers for fault tests: killing the processes, probing readiness, and
@@ -99,16 +100,8 @@ export function idProblem(events: readonly LoggedEvent[]): string | null {
   return null;
 }
 
-/**
- * The scripted agent's answers to a user message: it quotes the message at the
- * start of a paragraph (one reply answers every message that waited, a paragraph each).
- */
-export function answersTo(events: readonly LoggedEvent[], content: string): LoggedEvent[] {
-  const quote = `You said: "${content}".`;
-  return events.filter(
-    (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.split('\n\n').some((p) => p.startsWith(quote)),
-  );
-}
+/** The scripted agent's answers to a user message. */
+export const answersTo = repliesTo;
 
 const IDLE: ReadonlySet<AgentState> = new Set(['awaiting_user_input', 'finished', 'stopped', 'error', 'paused']);
 
