@@ -15,7 +15,7 @@ export type SessionEvent =
   | { type: 'user.message'; eventId: number }
   | { type: 'user.run'; eventId: number; command: string }
   | { type: 'user.change_state'; eventId: number; state: AgentState }
-  | { type: 'agent.message'; eventId: number; cause: number | undefined }
+  | { type: 'agent.message'; eventId: number; cause: number | undefined; goesOn?: boolean }
   | { type: 'agent.run'; eventId: number; cause: number | undefined; command: string; risky: boolean }
   | { type: 'agent.finish'; eventId: number; cause: number | undefined }
   | { type: 'agent.usage'; eventId: number; cost: number }
@@ -53,7 +53,9 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
       return { type: 'runtime.disconnected', eventId, reason: event.data.message ?? `runtime ${event.data.status}` };
     }
     case 'message':
-      return event.source === 'user' ? { type: 'user.message', eventId } : { type: 'agent.message', eventId, cause };
+      return event.source === 'user'
+        ? { type: 'user.message', eventId }
+        : { type: 'agent.message', eventId, cause, goesOn: event.data.wait_for_response === false };
     case 'command':
       return event.source === 'user'
         ? { type: 'user.run', eventId, command: event.data.command }

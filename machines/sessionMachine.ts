@@ -1,4 +1,4 @@
-import { and, assign, setup, type SnapshotFrom } from 'xstate';
+import { and, assign, or, setup, type SnapshotFrom } from 'xstate';
 import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 
@@ -195,6 +195,7 @@ export const sessionMachine = setup({
   },
   guards: {
     hasUnreadMessage: ({ context }) => context.unreadMessage,
+    hasMoreToDo: or(['hasUnreadMessage', ({ event }) => event.type === 'agent.message' && event.goesOn === true]),
     hasIterationsLeft: ({ context }) => context.iterations < context.maxIterations,
     hasBudgetLeft: ({ context }) => context.maxBudget === null || context.spent < context.maxBudget,
     hasRetriesLeft: ({ context }) => context.rateLimits < context.maxRateLimitRetries,
@@ -306,20 +307,21 @@ export const sessionMachine = setup({
               entry: ['beginStep', 'askAgent'],
               on: {
                 'agent.message': [
-                  // A message came while the agent worked: another step for it, within the limits.
+                  // A message came while the agent worked, or the agent has more to say:
+                  // another step, within the limits.
                   {
-                    guard: and(['answersCurrentStep', 'hasUnreadMessage', 'hasIterationsLeft', 'hasBudgetLeft']),
+                    guard: and(['answersCurrentStep', 'hasMoreToDo', 'hasIterationsLeft', 'hasBudgetLeft']),
                     target: 'thinking',
                     reenter: true,
                     actions: ['endStep', 'resetRetries'],
                   },
                   {
-                    guard: and(['answersCurrentStep', 'hasUnreadMessage', 'hasBudgetLeft']),
+                    guard: and(['answersCurrentStep', 'hasMoreToDo', 'hasBudgetLeft']),
                     target: '#session.active.error',
                     actions: ['endStep', 'resetRetries', 'recordIterationLimit'],
                   },
                   {
-                    guard: and(['answersCurrentStep', 'hasUnreadMessage']),
+                    guard: and(['answersCurrentStep', 'hasMoreToDo']),
                     target: '#session.active.error',
                     actions: ['endStep', 'resetRetries', 'recordBudgetLimit'],
                   },

@@ -12,8 +12,11 @@ export interface AgentUsage {
 export type AgentAction = AgentMove & { usage?: AgentUsage };
 
 export type AgentMove =
-  /** Say something and wait for the user. */
-  | { type: 'message'; content: string }
+  /**
+   * Say something and wait for the user; with `waitForResponse: false`, say it
+   * and go on with another step (the agent has more to answer).
+   */
+  | { type: 'message'; content: string; waitForResponse?: boolean }
   /** Run a shell command in the conversation's runtime; its output comes back as an observation. */
   | { type: 'run'; command: string }
   /** The task is done. */

@@ -7,7 +7,7 @@ type ReplayAction = NonNullable<Extract<StoredEvent, { type: 'conversation_creat
 export function trajectoryActions(events: readonly StoredEvent[]): ReplayAction[] {
   return events.flatMap((event): ReplayAction[] => {
     if (event.source !== 'agent') return [];
-    if (event.type === 'message') return [{ type: 'message', content: event.data.content }];
+    if (event.type === 'message') return [{ type: 'message', ...event.data }];
     if (event.type === 'command') return [{ type: 'run', command: event.data.command }];
     if (event.type === 'finish') return [{ type: 'finish', content: event.data.content }];
     return [];
@@ -30,6 +30,10 @@ export function replayable(live: Agent): Agent {
           (e) => e.source === 'agent' && (e.type === 'message' || e.type === 'command' || e.type === 'finish'),
         ).length;
         const next = recorded[taken];
+        if (next?.type === 'message') {
+          const { content, wait_for_response } = next;
+          return wait_for_response === false ? { type: 'message', content, waitForResponse: false } : { type: 'message', content };
+        }
         if (next) return next satisfies AgentMove;
       }
       return live.step(input);

@@ -18,7 +18,8 @@ const HELP =
  * The agent used when no LLM is configured. Deterministic and without I/O: the same
  * history gives the same action. It answers the oldest user message or command output
  * that has no answer yet: `!<command>` runs the command, a command's output gets a short
- * summary, anything else an acknowledgement that says how to run commands.
+ * summary, anything else an acknowledgement that says how to run commands. When more
+ * wait behind it, its message goes on (`waitForResponse: false`) so each gets its step.
  */
 export class ScriptedAgent implements Agent {
   readonly #delayMs: number;
@@ -42,10 +43,12 @@ export function scriptedAgent(options: { delayMs?: number } = {}): ScriptedAgent
 type Cue = { kind: 'user'; text: string } | { kind: 'output'; output: EventOf<'command_output'> };
 
 function nextAction(history: readonly StoredEvent[]): AgentAction {
-  const pending = pendingCues(history);
-  const cue = pending[0];
-  if (cue?.kind === 'user') return answerUser(cue.text);
-  if (cue?.kind === 'output') return { type: 'message', content: summarise(cue.output) };
+  const [cue, ...waiting] = pendingCues(history);
+  const action =
+    cue?.kind === 'user' ? answerUser(cue.text) : cue && { type: 'message' as const, content: summarise(cue.output) };
+  // More cues wait: say so, and the session takes another step for the next one.
+  if (action?.type === 'message' && waiting.length > 0) return { ...action, waitForResponse: false };
+  if (action) return action;
   if (history.some((e) => e.source === 'agent')) {
     return { type: 'finish', content: 'Done. Send another message, or "!<command>" to run one.' };
   }

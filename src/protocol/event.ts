@@ -29,7 +29,7 @@ export const ConversationCreatedData = z.object({
   replay_actions: z
     .array(
       z.discriminatedUnion('type', [
-        z.object({ type: z.literal('message'), content: z.string() }),
+        z.object({ type: z.literal('message'), content: z.string(), wait_for_response: z.literal(false).optional() }),
         z.object({ type: z.literal('run'), command: z.string() }),
         z.object({ type: z.literal('finish'), content: z.string() }),
       ]),
@@ -59,7 +59,17 @@ export const CommandOutputData = z.object({
 export const StoredEvent = z
   .discriminatedUnion('type', [
     z.object({ ...envelope, type: z.literal('conversation_created'), data: ConversationCreatedData }),
-    z.object({ ...envelope, type: z.literal('message'), data: z.object({ content: z.string() }) }),
+    z.object({
+      ...envelope,
+      type: z.literal('message'),
+      data: z.object({
+        content: z.string(),
+        wait_for_response: z
+          .literal(false)
+          .optional()
+          .describe("Only on an agent's message: false when the agent goes on with another step instead of waiting for the user."),
+      }),
+    }),
     z.object({
       ...envelope,
       type: z.literal('command'),

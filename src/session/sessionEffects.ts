@@ -312,7 +312,12 @@ function unavailable(why: string): CommandResult {
 function agentEvent(action: AgentAction, cause: number): NewEvent {
   switch (action.type) {
     case 'message':
-      return { source: 'agent', type: 'message', data: { content: action.content }, cause };
+      return {
+        source: 'agent',
+        type: 'message',
+        data: action.waitForResponse === false ? { content: action.content, wait_for_response: false } : { content: action.content },
+        cause,
+      };
     case 'run':
       return { source: 'agent', type: 'command', data: { command: action.command, risk: rateCommand(action.command) }, cause };
     case 'finish':

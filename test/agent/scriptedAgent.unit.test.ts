@@ -103,6 +103,18 @@ describe('ScriptedAgent', () => {
     await expect(step(...queued, agentSays('You said: "first"'))).resolves.toEqual({ type: 'run', command: 'echo second' });
   });
 
+  it('goes on after its message while more messages wait, and waits for the user after the last one', async () => {
+    const queued = [userSays('first'), userSays('second'), userSays('third')];
+    const first = await step(...queued);
+    expect(first).toMatchObject({ type: 'message', waitForResponse: false });
+    const second = await step(...queued, agentSays('You said: "first"'));
+    expect(second).toMatchObject({ type: 'message', waitForResponse: false });
+    expect(second.type === 'message' && second.content).toContain('"second"');
+    const third = await step(...queued, agentSays('You said: "first"'), agentSays('You said: "second"'));
+    expect(third.type === 'message' && third.content).toContain('"third"');
+    expect(third).not.toHaveProperty('waitForResponse');
+  });
+
   it('does not answer the output of a command the user ran', async () => {
     const userRuns: Draft = { source: 'user', type: 'command', data: { command: 'ls' } };
     expect(await reply(userRuns, output(), userSays('hi'))).toContain('"hi"');

@@ -49,6 +49,22 @@ describe('session machine as pure functions', () => {
     expect(agentStateOf(answered)).toBe('awaiting_user_input');
   });
 
+  it('takes another step when the agent says it goes on, caused by that message, within the iteration limit', () => {
+    const running = run([connected, { type: 'user.message', eventId: 2 }]);
+    const [again, actions] = transition(sessionMachine, running, { type: 'agent.message', eventId: 3, cause: 2, goesOn: true });
+    expect(agentStateOf(again)).toBe('running');
+    expect(actionTypes(actions)).toContain('askAgent');
+    expect(again.context.stepCause).toBe(3);
+    const third = run([{ type: 'agent.message', eventId: 4, cause: 3, goesOn: true }], again);
+    expect(third.context.iterations).toBe(3);
+    // input.maxIterations is 3: a fourth step would pass the limit.
+    const limited = run([{ type: 'agent.message', eventId: 5, cause: 4, goesOn: true }], third);
+    expect(agentStateOf(limited)).toBe('error');
+    expect(limited.context.error).toMatch(/limit of 3 iterations/);
+    const waits = run([{ type: 'agent.message', eventId: 5, cause: 4 }], third);
+    expect(agentStateOf(waits)).toBe('awaiting_user_input');
+  });
+
   it('refuses an agent answer that belongs to an abandoned step', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }]);
     const stale = { type: 'agent.message', eventId: 3, cause: 99 } as const;

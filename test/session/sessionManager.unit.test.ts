@@ -82,6 +82,25 @@ describe('session manager', () => {
     expect(output?.type === 'command_output' && output.data.output).toBe('tether\n');
   });
 
+  it('answers every message sent back to back while the agent thinks, each exactly once and in order', async () => {
+    const log = memoryEventLog();
+    const m = new SessionManager({
+      log,
+      conversations: memoryConversationStore(),
+      snapshots: memorySnapshotStore(),
+      runtimes: memoryRuntimeProvider(),
+      agentFor: () => scriptedAgent({ delayMs: 30 }),
+    });
+    const { conversation_id: id } = await m.create('local', defaults);
+    await settle(m, id);
+    for (const text of ['one', 'two', 'three', 'four']) await m.act(id, 'local', { type: 'message', content: text });
+    await settle(m, id);
+    const replies = (await allEvents(log, id)).flatMap((e) =>
+      e.type === 'message' && e.source === 'agent' ? [/You said: "(\w+)"/.exec(e.data.content)?.[1]] : [],
+    );
+    expect(replies).toEqual(['one', 'two', 'three', 'four']);
+  });
+
   it('refuses an illegal state change with the current state and stores nothing', async () => {
     const log = memoryEventLog();
     const m = manager(log);
