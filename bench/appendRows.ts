@@ -1,7 +1,7 @@
 // Rows (a) and (a2): the append path with one ws client per conversation and
 // with three (fan-out), each run paired with its raw-publish baseline.
 import { rawPublishRun, tetherAppendRun, type AppendPlan, type AppendRun, type RawPublishRun } from './appendBench.ts';
-import type { BenchContext } from './benchContext.ts';
+import type { BenchContext, Measured } from './benchContext.ts';
 import { APPEND_BUCKETS } from './buckets.ts';
 import { ClientFleet } from './clientFleet.ts';
 import { busyMachine, fmt, median, noiseNote, repeat, type Repetitions } from './measure.ts';
@@ -66,7 +66,7 @@ function cpuNote(label: string, results: readonly Paired[]): string {
   );
 }
 
-export async function measureAppend(ctx: BenchContext, forceProfile: boolean): Promise<{ rows: Row[]; profiles: ProfileSection[] }> {
+export async function measureAppend(ctx: BenchContext, forceProfile: boolean): Promise<Measured> {
   const { single, fanOut, actions } = plans(ctx);
   const fleet = ClientFleet.start();
   try {

@@ -1,4 +1,5 @@
 import type { NatsConnection } from '../src/store/index.ts';
+import type { ProfileSection, Row } from './report.ts';
 
 /** What every measurement gets from run.ts, and where it leaves its lines for RESULTS.md. */
 export interface BenchContext {
@@ -16,3 +17,12 @@ export interface BenchContext {
   notes: string[];
   runs: string[];
 }
+
+/** One step of the run: its rows for the table, and the profiles of its missed targets. */
+export interface Measured {
+  rows: Row[];
+  profiles: ProfileSection[];
+}
+
+/** A step of `npm run bench` (bench/run.ts lists them in order; `--only=name,...` picks some). */
+export type Measure = (ctx: BenchContext, forceProfile: boolean) => Promise<Measured>;

@@ -1,9 +1,10 @@
-// `npm run bench [-- --quick] [-- --profile]`: starts its own nats-server on a
-// temporary store and measures, in this one run with every baseline beside
-// it: the append path (a, a2) and the read path (b) against raw JetStream,
-// rehydration of a 10,000-event conversation (c, c2, d), and the heap of
-// 10,000 live and passivated sessions (e, e2). Writes bench/RESULTS.md and
-// prints the table. Exits 1 on any error or timeout; a missed target is
+// `npm run bench [-- --quick] [-- --profile] [-- --only=step,...]`: starts its
+// own nats-server on a temporary store and measures, in this one run with every
+// baseline beside it: the append path (a) and the read path (b) against raw
+// JetStream, rehydration of a 10,000-event conversation (c, d), the heap of
+// 10,000 live and passivated sessions (e), resume after a drop (f), density of
+// ws connections (g) and cold start (h). Writes bench/RESULTS.md and prints
+// the table. Exits 1 on any error or timeout; a missed target is
 // reported (and profiled), not an error.
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -13,15 +14,36 @@ import { performance } from 'node:perf_hooks';
 import { ensureNatsServer } from '../scripts/nats-binary.js';
 import { connectNats, startEmbeddedNats, type EmbeddedNats, type NatsConnection } from '../src/store/index.ts';
 import { measureAppend } from './appendRows.ts';
-import type { BenchContext } from './benchContext.ts';
+import type { BenchContext, Measure } from './benchContext.ts';
+import { measureColdStart } from './coldStartRows.ts';
+import { measureDensity } from './densityRows.ts';
 import { measureHeap } from './heapRows.ts';
 import { progress } from './measure.ts';
 import { measureRead } from './readRows.ts';
 import { measureRehydrate } from './rehydrateRows.ts';
+import { measureResume } from './resumeRows.ts';
 import { codeVersion, commandLine, describeMachine, renderMarkdown, tableLines, type ProfileSection, type Report, type Row } from './report.ts';
 
 const quick = process.argv.includes('--quick');
 const forceProfile = process.argv.includes('--profile');
+
+/** The steps, in the order they run and their rows appear. */
+const STEPS: ReadonlyArray<{ name: string; measure: Measure }> = [
+  { name: 'append', measure: measureAppend },
+  { name: 'read', measure: measureRead },
+  { name: 'rehydrate', measure: measureRehydrate },
+  { name: 'heap', measure: async (ctx) => ({ rows: await measureHeap(ctx), profiles: [] }) },
+  { name: 'resume', measure: measureResume },
+  { name: 'density', measure: measureDensity },
+  { name: 'coldstart', measure: measureColdStart },
+];
+// `--only=append,resume` runs those steps and prints their rows without writing RESULTS.md.
+const only = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
+const unknownSteps = only?.filter((name) => !STEPS.some((s) => s.name === name)) ?? [];
+if (unknownSteps.length > 0) {
+  process.stderr.write(`[bench] unknown step(s) ${unknownSteps.join(', ')}; the steps are ${STEPS.map((s) => s.name).join(', ')}\n`);
+  process.exit(2);
+}
 const STEP_TIMEOUT_MS = 120_000;
 const WHOLE_RUN_MS = quick ? 5 * 60_000 : 20 * 60_000;
 
@@ -66,12 +88,11 @@ async function main(): Promise<void> {
     };
     const rows: Row[] = [];
     const profiles: ProfileSection[] = [];
-    for (const measure of [measureAppend, measureRead, measureRehydrate]) {
-      const result = await measure(ctx, forceProfile);
+    for (const step of STEPS.filter((s) => !only || only.includes(s.name))) {
+      const result = await step.measure(ctx, forceProfile);
       rows.push(...result.rows);
       profiles.push(...result.profiles);
     }
-    rows.push(...(await measureHeap(ctx)));
 
     const report: Report = {
       machine,
@@ -94,8 +115,9 @@ async function main(): Promise<void> {
       profiles,
     };
     report.durationS = (performance.now() - started) / 1000;
-    await writeFile(new URL('./RESULTS.md', import.meta.url), renderMarkdown(report));
-    process.stdout.write(`\n${tableLines(rows).join('\n')}\n\n${report.command}: ${report.durationS.toFixed(0)} s; written to bench/RESULTS.md\n`);
+    const where = only ? 'not written to bench/RESULTS.md (--only)' : 'written to bench/RESULTS.md';
+    if (!only) await writeFile(new URL('./RESULTS.md', import.meta.url), renderMarkdown(report));
+    process.stdout.write(`\n${tableLines(rows).join('\n')}\n\n${report.command}: ${report.durationS.toFixed(0)} s; ${where}\n`);
     for (const p of profiles) process.stdout.write(`profile: ${p.file}\n`);
   } finally {
     await Promise.allSettled(connections.map((c) => c.close()));
