@@ -1,10 +1,13 @@
-// Rows (c), (c2), (d): a passivated 10,000-event conversation brought back
-// from its snapshot, through the manager, and by folding its whole log.
+// Rows (c), (c2), (c3), (d), (d2): a passivated 10,000-event conversation
+// brought back from its snapshot, through the manager, and by folding its
+// whole log, against raw JetStream reads and OpenHands' file layout.
 import type { BenchContext } from './benchContext.ts';
 import { REHYDRATE_BUCKETS } from './buckets.ts';
 import { busyMachine, cpuMeter, fmt, median, noiseNote, progress, repeat, type CpuUse, type Repetitions } from './measure.ts';
 import { profileSection } from './profile.ts';
 import { rawRead } from './readBench.ts';
+import { fileLayoutNote, fileLayoutSetting } from './fileLayoutText.ts';
+import { PAGE_SIZE, readFileLayout, storedEventJson, writeFileLayout, type FileLayout } from './fileLayout.ts';
 import { foldParts, loadByFold, loadFromSnapshot, managerRehydrate, rawSnapshotRead, rehydrateFixture, type RehydrateFixture } from './rehydrateBench.ts';
 import type { ProfileSection, Row } from './report.ts';
 
@@ -12,36 +15,53 @@ const EVENTS = 10_000;
 const SNAPSHOT_TARGET_MS = 20;
 const FOLD_TARGET = 2;
 
-interface Pair {
-  tether: number;
-  raw: number;
+interface Round {
+  ms: number[];
   cpu: CpuUse;
   summary: string;
 }
 
-/** Runs Tether's and the baseline's step alternately first, as many times as `reps` says; medians. */
-async function pairs(
-  ctx: BenchContext,
-  label: string,
-  reps: Repetitions,
-  tether: () => Promise<{ ms: number }>,
-  raw: () => Promise<{ ms: number }>,
-): Promise<{ tether: number; raw: number; kept: Pair[] }> {
+interface Side {
+  name: string;
+  run: () => Promise<{ ms: number }>;
+}
+
+/** Every order of `n` sides (n is small), the natural one first. */
+function orders(n: number): number[][] {
+  if (n <= 1) return [[0]];
+  return orders(n - 1).flatMap((rest) => Array.from({ length: n }, (_, k) => [...rest.slice(0, n - 1 - k), n - 1, ...rest.slice(n - 1 - k)]));
+}
+
+/**
+ * Runs every side once per round, in a different order each round (all orders
+ * in turn, so each side follows each other one equally often: the garbage one
+ * leaves behind lands on all alike), as many rounds as `reps` says; the median per side.
+ */
+async function compare(ctx: BenchContext, label: string, reps: Repetitions, sides: readonly Side[]): Promise<{ medians: number[]; kept: Round[] }> {
+  const order = orders(sides.length);
   const { kept, discarded } = await repeat(
     label,
     reps,
-    async (i): Promise<Pair> => {
+    async (i): Promise<Round> => {
       const cpu = cpuMeter(ctx.natsPid);
-      const raw1 = i % 2 === 0 ? undefined : await raw();
-      const t = await tether();
-      const r = raw1 ?? (await raw());
-      return { tether: t.ms, raw: r.ms, cpu: cpu(), summary: `Tether ${fmt.ms(t.ms)} ms; raw ${fmt.ms(r.ms)} ms` };
+      const ms = new Array<number>(sides.length).fill(0);
+      for (const at of order[i % order.length]!) ms[at] = (await sides[at]!.run()).ms;
+      return { ms, cpu: cpu(), summary: sides.map((s, k) => `${s.name} ${fmt.ms(ms[k]!)} ms`).join('; ') };
     },
-    (p) => busyMachine(p.cpu),
+    (r) => busyMachine(r.cpu),
   );
-  ctx.notes.push(noiseNote(label, kept.length, discarded.length, kept.filter((p) => busyMachine(p.cpu)).length));
-  ctx.runs.push(`${label} runs (Tether / raw, ms): ${kept.map((p) => `${fmt.ms(p.tether)} / ${fmt.ms(p.raw)}`).join('; ')}`);
-  return { tether: median(kept.map((p) => p.tether)), raw: median(kept.map((p) => p.raw)), kept };
+  ctx.notes.push(noiseNote(label, kept.length, discarded.length, kept.filter((r) => busyMachine(r.cpu)).length));
+  ctx.runs.push(`${label} runs (${sides.map((s) => s.name).join(' / ')}, ms): ${kept.map((r) => r.ms.map(fmt.ms).join(' / ')).join('; ')}`);
+  return { medians: sides.map((_, k) => median(kept.map((r) => r.ms[k]!))), kept };
+}
+
+/** Tether against one baseline: the first side is Tether's. */
+async function pairs(ctx: BenchContext, label: string, reps: Repetitions, tether: Side['run'], raw: Side['run']): Promise<{ tether: number; raw: number }> {
+  const { medians } = await compare(ctx, label, reps, [
+    { name: 'Tether', run: tether },
+    { name: 'raw', run: raw },
+  ]);
+  return { tether: medians[0]!, raw: medians[1]! };
 }
 
 export async function measureRehydrate(ctx: BenchContext, forceProfile: boolean): Promise<{ rows: Row[]; profiles: ProfileSection[] }> {
@@ -50,26 +70,46 @@ export async function measureRehydrate(ctx: BenchContext, forceProfile: boolean)
     : { snapshot: { warmups: 3, runs: 21 }, manager: { warmups: 1, runs: 9 }, fold: { warmups: 2, runs: 9 } };
   progress(`rehydration: building a conversation of ${fmt.int(EVENTS)} events through a SessionManager`);
   const f = await rehydrateFixture(ctx.nc, ctx.rawNc, EVENTS, ctx.runId, ctx.stepTimeoutMs);
+  let files: FileLayout | undefined;
   const profiles: ProfileSection[] = [];
   try {
     const n = fmt.int(f.events);
     ctx.notes.push(
       `The rehydration conversation (${n} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round (4 events) at a time, then passivated: ${fmt.int((f.events / f.buildMs) * 1000)} events/s for one conversation whose every append waits for the one before.`,
     );
+    progress("rehydration: writing the same events in OpenHands' file layout");
+    files = await writeFileLayout(f.conversationId, await storedEventJson(f.raw.js, f.raw.stream, f.raw.subject, f.events, ctx.stepTimeoutMs));
+    const layout = files;
     const snap = await pairs(ctx, 'snapshot load', reps.snapshot, () => loadFromSnapshot(f), () => rawSnapshotRead(f));
-    const fold = await pairs(ctx, 'full fold', reps.fold, () => loadByFold(f), () => rawRead(f.raw, ctx.stepTimeoutMs));
+    const fold = await compare(ctx, 'full fold', reps.fold, [
+      { name: 'Tether', run: () => loadByFold(f) },
+      { name: 'raw', run: () => rawRead(f.raw, ctx.stepTimeoutMs) },
+      { name: 'file layout', run: async () => readFileLayout(layout) },
+    ]);
+    const [foldMs, rawMs, filesMs] = fold.medians as [number, number, number];
     const parts = [];
     for (let i = 0; i < reps.fold.runs; i++) parts.push(await foldParts(f));
+    const readMs = median(parts.map((p) => p.readMs));
+    const foldOnlyMs = median(parts.map((p) => p.foldMs));
     ctx.notes.push(
-      `Full fold (d) split, timed apart (median of ${parts.length}): \`log.read\` of the ${n} events ${fmt.ms(median(parts.map((p) => p.readMs)))} ms, \`foldEvents\` ${fmt.ms(median(parts.map((p) => p.foldMs)))} ms (${fmt.int((median(parts.map((p) => p.foldMs)) * 1000) / f.events)} µs per event).`,
+      `Full fold (d) split, timed apart (median of ${parts.length}): \`log.read\` of the ${n} events ${fmt.ms(readMs)} ms, \`foldEvents\` ${fmt.ms(foldOnlyMs)} ms (${fmt.int((foldOnlyMs * 1000) / f.events)} µs per event).`,
     );
-    const foldRatio = fold.tether / fold.raw;
+    ctx.notes.push(fileLayoutNote(layout, rawMs, filesMs, reps.fold.runs));
+    const foldRatio = foldMs / rawMs;
+    const filesRatio = foldMs / filesMs;
     if (foldRatio > FOLD_TARGET) {
-      ctx.notes.push(`**Full-fold target missed**: ratio ${fmt.ratio(foldRatio)} against ≤ ${FOLD_TARGET}; Tether needs ≤ ${fmt.ms(fold.raw * FOLD_TARGET)} ms. See the rehydration profile below.`);
+      ctx.notes.push(`**Full-fold target missed**: ratio ${fmt.ratio(foldRatio)} against ≤ ${FOLD_TARGET}; Tether needs ≤ ${fmt.ms(rawMs * FOLD_TARGET)} ms. See the rehydration profile below.`);
     }
-    if (forceProfile || foldRatio > FOLD_TARGET) profiles.push(await profileFold(ctx, f));
+    if (filesRatio >= 1) {
+      ctx.notes.push(
+        `**File-layout target missed**: the full fold (${fmt.ms(foldMs)} ms) is ${fmt.ratio(filesRatio)}× the file layout's read (${fmt.ms(filesMs)} ms), ${fmt.ms(foldMs - filesMs)} ms slower. ` +
+          `Either half alone is slower than the whole file-layout read: \`log.read\` ${fmt.ms(readMs)} ms (${fmt.ratio(readMs / filesMs)}×; even the raw JetStream read is ${fmt.ratio(rawMs / filesMs)}×: ${n} messages, each through nats-server, TCP and the nats.js consumer, against ${fmt.int(layout.pages)} page files of ${PAGE_SIZE} events from a warm page cache) and \`foldEvents\` ${fmt.ms(foldOnlyMs)} ms (${fmt.ratio(foldOnlyMs / filesMs)}×: a machine transition per event, where the file layout only parses JSON and rebuilds no state). ` +
+          'See the rehydration profile below for where the read and the fold spend it.',
+      );
+    }
+    if (forceProfile || foldRatio > FOLD_TARGET || filesRatio >= 1) profiles.push(await profileFold(ctx, f));
     const manager = await pairs(ctx, 'manager.session', reps.manager, () => managerRehydrate(f), () => rawSnapshotRead(f));
-    ctx.settings.push(...settings(f, reps));
+    ctx.settings.push(...settings(f, reps), fileLayoutSetting(layout, reps.fold));
     return {
       rows: [
         {
@@ -88,17 +128,33 @@ export async function measureRehydrate(ctx: BenchContext, forceProfile: boolean)
           target: '— (no target)',
         },
         {
+          measurement: `(c3) rehydrate from snapshot (c) vs reading the ${n} events back from OpenHands' file layout (one JSON file per event + 25-event pages, page cache warm; median of (d2)'s reads)`,
+          tether: `${fmt.ms(snap.tether)} ms`,
+          baseline: `${fmt.ms(filesMs)} ms`,
+          ratio: snap.tether / filesMs,
+          target: '— (no target)',
+        },
+        {
           measurement: `(d) rehydrate by full fold: \`loadSessionState\` with no snapshot (read + fold of ${n} events) vs raw ordered consumer read + JSON.parse (median)`,
-          tether: `${fmt.ms(fold.tether)} ms`,
-          baseline: `${fmt.ms(fold.raw)} ms`,
+          tether: `${fmt.ms(foldMs)} ms`,
+          baseline: `${fmt.ms(rawMs)} ms`,
           ratio: foldRatio,
           target: `≤ ${FOLD_TARGET}`,
           pass: foldRatio <= FOLD_TARGET,
+        },
+        {
+          measurement: `(d2) rehydrate by full fold (d) vs reading the same ${n} events back from OpenHands' file layout (list the events dir, 25-event pages, JSON.parse; page cache warm) (median)`,
+          tether: `${fmt.ms(foldMs)} ms`,
+          baseline: `${fmt.ms(filesMs)} ms`,
+          ratio: filesRatio,
+          target: '< 1 (faster)',
+          pass: filesRatio < 1,
         },
       ],
       profiles,
     };
   } finally {
+    await files?.remove();
     await f.drop();
   }
 }
@@ -119,9 +175,9 @@ function profileFold(ctx: BenchContext, f: RehydrateFixture): Promise<ProfileSec
 function settings(f: RehydrateFixture, reps: Record<'snapshot' | 'manager' | 'fold', Repetitions>): string[] {
   const r = (x: Repetitions) => `${x.warmups} warm-up + ${x.runs} measured runs`;
   return [
-    `Rehydration (c, c2, d): one conversation of ${fmt.int(f.events)} stored events, written through a real SessionManager (JetStream log, KV conversation and snapshot stores, scripted agent, in-memory runtime, default limits, so periodic snapshots too): start-up (created, runtime starting → connected, awaiting_user_input), then rounds of user message, \`running\`, agent reply, \`awaiting_user_input\`, each append chained on the expected last subject sequence, then passivated (runtime stopped, \`session_passivated\`, snapshot written to the KV bucket).`,
+    `Rehydration (c, c2, c3, d, d2): one conversation of ${fmt.int(f.events)} stored events, written through a real SessionManager (JetStream log, KV conversation and snapshot stores, scripted agent, in-memory runtime, default limits, so periodic snapshots too): start-up (created, runtime starting → connected, awaiting_user_input), then rounds of user message, \`running\`, agent reply, \`awaiting_user_input\`, each append chained on the expected last subject sequence, then passivated (runtime stopped, \`session_passivated\`, snapshot written to the KV bucket).`,
     `(c): \`loadSessionState(log, snapshots, id)\` with the passivation's snapshot (nothing after it to fold; checked: from snapshot, 0 folded, next event id = ${fmt.int(f.events)}), ${r(reps.snapshot)}. Baseline: what a snapshot load cannot avoid, raw on the baseline's connection: KV get of the snapshot key + JSON.parse, then a direct get of the subject's last message.`,
     `(c2): \`manager.session(id, user)\` on the passivated conversation, until it resolves with the live session (checked: the last stored event is \`session_rehydrated\` from \`snapshot\`); passivated again after each run, untimed, so each run adds two events. ${r(reps.manager)}, measured after (c) and (d).`,
-    `(d): \`loadSessionState\` with a fresh, empty snapshot store, so the whole log is read and folded (checked: from log, ${fmt.int(f.events)} folded), against \`rawRead\` of (b) on the same subject (ordered consumer + JSON.parse), order alternating, ${r(reps.fold)}, busy runs run again as above.`,
+    `(d): \`loadSessionState\` with a fresh, empty snapshot store, so the whole log is read and folded (checked: from log, ${fmt.int(f.events)} folded), against \`rawRead\` of (b) on the same subject (ordered consumer + JSON.parse), in rounds with the file-layout read of (d2), each round in another order (all six in turn), ${r(reps.fold)}, busy runs run again as above.`,
   ];
 }
