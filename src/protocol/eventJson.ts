@@ -1,17 +1,19 @@
 import type { StoredEvent } from './event.ts';
 
-const cache = new WeakMap<StoredEvent, string>();
+const cache = new WeakMap<StoredEvent, Buffer>();
 
 /**
- * The JSON text of a stored event, made once per event object: the log stores
- * these bytes and every WebSocket frame of the event carries the same bytes.
- * Events are never mutated after they are stamped, which is what makes this safe.
+ * The JSON of a stored event as UTF-8 bytes, made once per event object: the
+ * log stores these bytes and every WebSocket frame of the event is built from
+ * them, so a large event (a command's output) is not serialised or encoded
+ * again per use. Events are never mutated after they are stamped, which is
+ * what makes this safe.
  */
-export function eventJson(event: StoredEvent): string {
-  let text = cache.get(event);
-  if (text === undefined) {
-    text = JSON.stringify(event);
-    cache.set(event, text);
+export function eventBytes(event: StoredEvent): Buffer {
+  let bytes = cache.get(event);
+  if (bytes === undefined) {
+    bytes = Buffer.from(JSON.stringify(event));
+    cache.set(event, bytes);
   }
-  return text;
+  return bytes;
 }

@@ -28,4 +28,4 @@ export {
   ConversationInfo,
   DEFAULT_MAX_ITERATIONS,
 } from './rest.ts';
-export { eventJson } from './eventJson.ts';
+export { eventBytes } from './eventJson.ts';

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 
 const MARKER_PREFIX = '__tether_';
+const EMPTY = Buffer.alloc(0);
 
 /**
  * Run once in a fresh shell, before any command. `__tether_end` prints a command's end
@@ -43,7 +44,7 @@ export class OutputCapture {
   private readonly needle: Buffer;
   private readonly head: Buffer[] = [];
   private headBytes = 0;
-  private pending = Buffer.alloc(0);
+  private pending = EMPTY;
   private truncated = false;
 
   constructor(
@@ -55,15 +56,26 @@ export class OutputCapture {
     this.line = `__tether_busy=1; eval ${ansiCQuote(command)} </dev/null; __tether_end ${marker} "$?"\n`;
   }
 
-  /** Feeds shell output; returns the exit code once the end marker is complete. */
+  /**
+   * Feeds shell output; returns the exit code once the end marker is complete.
+   * Chunks are kept as they come (no copy); only a possible start of the marker at
+   * the end of a chunk is held back, and joined with the next chunk only when that
+   * chunk goes on with the marker.
+   */
   push(chunk: Buffer): number | undefined {
-    const data = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
+    let data = chunk;
+    if (this.pending.length > 0) {
+      const rest = this.needle.subarray(this.pending.length);
+      const n = Math.min(rest.length, chunk.length);
+      if (chunk.subarray(0, n).equals(rest.subarray(0, n))) data = Buffer.concat([this.pending, chunk]);
+      else this.keep(this.pending);
+      this.pending = EMPTY;
+    }
     const at = data.indexOf(this.needle);
     if (at < 0) {
-      // A marker may straddle two chunks: hold back what could be its beginning.
-      const safe = Math.max(0, data.length - this.needle.length + 1);
-      this.keep(data.subarray(0, safe));
-      this.pending = Buffer.from(data.subarray(safe));
+      const held = markerStartAtEnd(data, this.needle);
+      this.keep(data.subarray(0, data.length - held));
+      this.pending = Buffer.from(data.subarray(data.length - held));
       return undefined;
     }
     this.keep(data.subarray(0, at));
@@ -72,16 +84,18 @@ export class OutputCapture {
       this.pending = Buffer.from(data.subarray(at));
       return undefined;
     }
-    this.pending = Buffer.alloc(0);
+    this.pending = EMPTY;
     return Number.parseInt(data.subarray(at + this.needle.length, end).toString(), 10);
   }
 
   /** The output so far; what was held back as a possible marker start counts as output. */
   finish(): { output: string; truncated: boolean } {
     this.keep(this.pending);
-    this.pending = Buffer.alloc(0);
+    this.pending = EMPTY;
     const bytes = Buffer.concat(this.head);
     // A streaming decode drops a character the cap cut in half instead of mangling it.
+    // One decode of the joined bytes makes one flat string: a short-lived buffer
+    // is freed sooner than the copy that serialising a string of parts would make.
     const output = new TextDecoder().decode(bytes, { stream: this.truncated });
     return { output, truncated: this.truncated };
   }
@@ -90,10 +104,18 @@ export class OutputCapture {
     const room = this.cap - this.headBytes;
     if (part.length > room) this.truncated = true;
     if (room <= 0 || part.length === 0) return;
-    const taken = Buffer.from(part.subarray(0, room));
+    const taken = part.subarray(0, room);
     this.head.push(taken);
     this.headBytes += taken.length;
   }
+}
+
+/** The length of the longest end of `data` that is a beginning of `needle` (which starts with a newline). */
+function markerStartAtEnd(data: Buffer, needle: Buffer): number {
+  for (let i = Math.max(0, data.length - needle.length + 1); i < data.length; i++) {
+    if (data[i] === needle[0] && data.subarray(i).equals(needle.subarray(0, data.length - i))) return data.length - i;
+  }
+  return 0;
 }
 
 /** Quotes any string as one bash word: `$'...'` with escapes for quotes, backslashes and control bytes. */

@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { errorFields, type Logger } from '../logger.ts';
-import { ClientFrame, ConversationId, eventJson, type LoggedEvent, type ServerFrame } from '../protocol/index.ts';
+import { ClientFrame, ConversationId, eventBytes, type LoggedEvent, type ServerFrame } from '../protocol/index.ts';
 import { ConversationNotFoundError, type SessionManager } from '../session/index.ts';
 import type { Authenticate } from './auth.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
@@ -41,15 +41,33 @@ export interface WsGatewayOptions {
 const CLIENT_FRAME_TYPES = new Set(['user_action', 'ping']);
 const DEFAULT_MAX_PENDING_BYTES = 8 * 1024 * 1024;
 
-/** One serialisation per stored event, however many clients receive it. */
-const frameText = new WeakMap<LoggedEvent, string>();
-function eventFrame(logged: LoggedEvent): string {
-  let text = frameText.get(logged);
-  if (text === undefined) {
-    text = `{"type":"event","seq":${logged.seq},"event":${eventJson(logged.event)}}`;
-    frameText.set(logged, text);
+/**
+ * One `event` frame per stored event, however many clients receive it, built
+ * from the event's stored bytes and shared by every socket that sends it (ws
+ * sends a Buffer as it is; a string would be encoded again per socket).
+ */
+const frames = new WeakMap<LoggedEvent, Buffer>();
+const FRAME_END = Buffer.from('}');
+/** Events at least this large go out as a fragmented message instead of a copy. */
+const FRAGMENT_FROM_BYTES = 64 * 1024;
+
+function sendEventFrame(ws: WebSocket, logged: LoggedEvent): void {
+  const body = eventBytes(logged.event);
+  const head = `{"type":"event","seq":${logged.seq},"event":`;
+  if (body.length >= FRAGMENT_FROM_BYTES) {
+    // One message in three fragments (RFC 6455 §5.4), the middle one the stored
+    // bytes themselves: a command's large output is not copied again per frame.
+    ws.send(head, { fin: false });
+    ws.send(body, { binary: false, fin: false });
+    ws.send(FRAME_END, { binary: false, fin: true });
+    return;
   }
-  return text;
+  let frame = frames.get(logged);
+  if (frame === undefined) {
+    frame = Buffer.concat([Buffer.from(head), body, FRAME_END]);
+    frames.set(logged, frame);
+  }
+  ws.send(frame, { binary: false });
 }
 
 /**
@@ -167,7 +185,7 @@ export class WsGateway {
     const sendEvent = (logged: LoggedEvent) => {
       if (logged.seq <= cursor || ws.readyState !== ws.OPEN) return;
       cursor = logged.seq;
-      ws.send(eventFrame(logged));
+      sendEventFrame(ws, logged);
       // A client that stops reading must not make the server buffer without bound.
       // It reconnects with its cursor and loses nothing.
       if (ws.bufferedAmount > maxPending) {

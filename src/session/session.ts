@@ -10,7 +10,7 @@ import {
 } from '../../machines/index.ts';
 import { errorFields } from '../logger.ts';
 import type { AgentState, NewEvent, PassivationReason, RuntimeStatus, StoredEvent } from '../protocol/index.ts';
-import { EVENT_VERSION, eventJson } from '../protocol/index.ts';
+import { EVENT_VERSION, eventBytes } from '../protocol/index.ts';
 import { VersionConflictError, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { describeEvent, stateFact } from './facts.ts';
@@ -89,7 +89,7 @@ export class Session {
     this.#deps = deps;
     this.#history = restored ? restored.history : [];
     if (this.#history) {
-      this.#historyBytes = this.#history.reduce((n, e) => n + eventJson(e).length, 0);
+      this.#historyBytes = this.#history.reduce((n, e) => n + eventBytes(e).length, 0);
       if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
     }
     this.#lastSeq = restored?.lastSeq ?? 0;
@@ -157,7 +157,7 @@ export class Session {
       if (this.#history) return this.#history;
       const { items } = await this.#deps.log.read(this.conversationId);
       const history = items.filter((i) => i.seq <= this.#lastSeq).map((i) => i.event);
-      const bytes = history.reduce((n, e) => n + eventJson(e).length, 0);
+      const bytes = history.reduce((n, e) => n + eventBytes(e).length, 0);
       // A long conversation's history is not kept: memory must not grow with the log.
       if (bytes <= HISTORY_CACHE_BYTES) {
         this.#history = history;
@@ -278,7 +278,7 @@ export class Session {
       this.#sinceSnapshot += 1;
       if (this.#history) {
         this.#history.push(event);
-        this.#historyBytes += eventJson(event).length;
+        this.#historyBytes += eventBytes(event).length;
         if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
       }
       this.#deps.feed.publishEvent(this.conversationId, { seq: result.seq, event });

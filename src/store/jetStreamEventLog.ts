@@ -8,7 +8,7 @@ import {
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream';
-import { eventJson, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
+import { eventBytes, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
 import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
 import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
@@ -72,7 +72,7 @@ export class JetStreamEventLog implements EventLog {
     const { expectedLastSeq, msgId } = options;
     let ack;
     try {
-      ack = await this.#publisher.publish(subject, eventJson(event), {
+      ack = await this.#publisher.publish(subject, eventBytes(event), {
         expectedLastSubjectSeq: expectedLastSeq,
         ...(msgId !== undefined && { msgId: scopedMsgId(conversationId, msgId) }),
       });

@@ -46,7 +46,7 @@ export class JetStreamPublisher {
     void nc.closed().then(() => this.close());
   }
 
-  publish(subject: string, payload: string, options: PublishOptions): Promise<PubAck> {
+  publish(subject: string, payload: Uint8Array, options: PublishOptions): Promise<PubAck> {
     const reply = this.#prefix + (this.#next++).toString(36);
     const h = headers();
     h.set('Nats-Expected-Last-Subject-Sequence', String(options.expectedLastSubjectSeq));

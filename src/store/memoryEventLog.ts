@@ -1,4 +1,4 @@
-import { eventJson, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
+import { eventBytes, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
 import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
 import { assertConversationId } from './assertConversationId.ts';
 import { VersionConflictError } from './errors.ts';
@@ -53,7 +53,7 @@ export class MemoryEventLog implements EventLog {
       throw new VersionConflictError(conversationId, options.expectedLastSeq);
     }
     const seq = ++this.#lastSeq;
-    log.push({ seq, json: eventJson(event) });
+    log.push({ seq, json: eventBytes(event).toString() });
     this.#logs.set(conversationId, log);
     if (key !== undefined) this.#seen.set(key, { seq, at: now });
     for (const wake of this.#watchers.get(conversationId) ?? []) wake();

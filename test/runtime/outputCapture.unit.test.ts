@@ -25,6 +25,18 @@ describe('OutputCapture', () => {
     }
   });
 
+  it('keeps output that only looks like the start of the marker, however three chunks split it', () => {
+    const output = `a\n\n__tether_\n__tether_feed\n`;
+    const stream = `${output}z${END}`;
+    for (let first = 0; first <= stream.length; first++) {
+      for (let second = first; second <= stream.length; second++) {
+        const capture = new OutputCapture('x', 100, MARKER);
+        expect(feed(capture, stream.slice(0, first), stream.slice(first, second), stream.slice(second))).toBe(7);
+        expect(capture.finish()).toEqual({ output: `${output}z`, truncated: false });
+      }
+    }
+  });
+
   it('waits for the end of the marker line before returning the exit code', () => {
     const capture = new OutputCapture('x', 100, MARKER);
     expect(feed(capture, `out\n__tether_${MARKER}:12`)).toBeUndefined();
