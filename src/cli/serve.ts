@@ -12,6 +12,7 @@ import {
   kvConversationStore,
   kvSnapshotStore,
   startEmbeddedNats,
+  natsAnswers,
   watchConnection,
   type EmbeddedNats,
 } from '../store/index.ts';
@@ -91,7 +92,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     maxBodyBytes: config.maxBodyBytes,
     maxPendingBytes: config.maxPendingBytes,
     ws: config.ws,
-    ready: () => natsReady,
+    ready: async () => natsReady && (await natsAnswers(nc)),
   });
   const address = await server.listen(config.port, config.host);
   const base = `http://${address.address}:${address.port}`;

@@ -13,7 +13,7 @@ export interface HttpApiOptions {
   /** Who is calling; null when unauthenticated. */
   authenticate: Authenticate;
   /** Whether the event store is reachable, for `/readyz`. */
-  ready?: () => boolean;
+  ready?: () => boolean | Promise<boolean>;
 }
 
 interface Ctx {
@@ -33,7 +33,10 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
     [
       'GET',
       /^\/readyz$/,
-      async () => (options.ready?.() ?? true ? { status: 200, body: { ready: true } } : { status: 503, body: { ready: false, reason: 'the event store (NATS) is not reachable' } }),
+      async () =>
+        (await (options.ready?.() ?? true))
+          ? { status: 200, body: { ready: true } }
+          : { status: 503, body: { ready: false, reason: 'the event store (NATS) is not reachable' } },
     ],
     [
       'POST',

@@ -14,7 +14,7 @@ export interface TetherServerOptions {
   maxPendingBytes?: number;
   ws?: { framesPerSecond?: number; frameBurst?: number; maxConnectionsPerConversation?: number; pingIntervalMs?: number };
   /** Whether the server can serve (its event store is reachable), for `/readyz`. */
-  ready?: () => boolean;
+  ready?: () => boolean | Promise<boolean>;
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
   authenticate?: Authenticate;
 }

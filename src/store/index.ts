@@ -16,6 +16,7 @@ export { StoreUnavailableError, VersionConflictError } from './errors.ts';
 export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
 export {
   connectNats,
+  natsAnswers,
   watchConnection,
   ensureEventStream,
   subjectFor,

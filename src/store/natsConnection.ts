@@ -113,3 +113,21 @@ export function watchConnection(nc: NatsConnection, onChange: (connected: boolea
     }
   })().catch(() => onChange(false));
 }
+
+/**
+ * Whether NATS answers a ping within `timeoutMs`: false while it is away, and
+ * also while it is frozen or overloaded with its socket still open, which the
+ * connection status alone does not show.
+ */
+export async function natsAnswers(nc: NatsConnection, timeoutMs = 1_000): Promise<boolean> {
+  if (nc.isClosed()) return false;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), timeoutMs);
+  });
+  try {
+    return await Promise.race([nc.flush().then(() => true, () => false), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

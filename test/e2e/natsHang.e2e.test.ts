@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../src/protocol/index.ts';
 import { contentCounts, describeLog, embeddedNatsPid, idProblem, untilQuiet } from '../support/faults.ts';
-import { createConversation, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { createConversation, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
 
 /** A ws connection and the cursor it was opened with. */
@@ -40,7 +40,7 @@ function deliveryProblem(connection: Connection, log: readonly LoggedEvent[], wh
 }
 
 describe('a hung NATS server', () => {
-  it('sends an open ws client the message that a hung nats-server stored after its acknowledgement timed out', async (ctx) => {
+  it('says not ready while nats-server hangs, and sends an open ws client the message it stored after its acknowledgement timed out', async (ctx) => {
     const server = await startServer({ env: { TETHER_AGENT_DELAY_MS: '0' } });
     servers.push(server);
     ctx.onTestFailed(() => console.log(`tether stderr (tail):\n${server.stderr().slice(-4_000)}`));
@@ -54,16 +54,22 @@ describe('a hung NATS server', () => {
     // A hung nats-server (not dead: its socket stays open) takes the publish but answers only once it runs again.
     const nats = embeddedNatsPid(server.dataDir);
     expect(nats).toBeDefined();
+    expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
     process.kill(nats!, 'SIGSTOP');
     let error: Frame;
+    let readyWhileHung: number;
     try {
       ws.sendMessage('sent while nats-server hangs', 'hung-1');
+      // Its connection looks fine, but it does not answer: not ready.
+      readyWhileHung = (await http(server.baseUrl, 'GET', '/readyz')).status;
       error = await ws.waitFor((f) => f.type === 'error' || isMessageEvent(f, 'sent while nats-server hangs'), { timeoutMs: 20_000 });
     } finally {
       process.kill(nats!, 'SIGCONT');
     }
+    expect(readyWhileHung).toBe(503);
     // Tether gave up waiting: "it may or may not be stored".
     expect(error).toMatchObject({ type: 'error', code: 'STORE_UNAVAILABLE' });
+    expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
 
     ws.sendMessage('sent after it runs again', 'after-1');
     await ws.waitFor((f) => isMessageEvent(f, 'sent after it runs again'), { timeoutMs: 20_000, what: 'the next message back' });
