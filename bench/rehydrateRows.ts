@@ -27,7 +27,7 @@ interface Side {
 }
 
 /** Every order of `n` sides (n is small), the natural one first. */
-function orders(n: number): number[][] {
+export function orders(n: number): number[][] {
   if (n <= 1) return [[0]];
   return orders(n - 1).flatMap((rest) => Array.from({ length: n }, (_, k) => [...rest.slice(0, n - 1 - k), n - 1, ...rest.slice(n - 1 - k)]));
 }
