@@ -18,7 +18,7 @@ import {
   subjectFor,
   type NatsConnection,
 } from '../src/store/index.ts';
-import type { ClientFleet, ClientSpec, Frame } from './clientFleet.ts';
+import type { ClientFleet, ClientSpec, Frame, PacedTiming } from './clientFleet.ts';
 import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
 
 export interface AppendPlan {
@@ -34,6 +34,12 @@ export interface AppendPlan {
    * nothing else is produced. A client is done when its messages are back.
    */
   userActionsOnly?: boolean;
+  /**
+   * Open loop instead of a window (user actions only): the senders send on a
+   * fixed schedule, this many messages a second in all, and the run measures
+   * each message's latency to the last client of its conversation.
+   */
+  pacedPerSecond?: number;
   timeoutMs: number;
 }
 
@@ -49,6 +55,8 @@ export interface AppendRun {
   cpu: CpuUse;
   /** Stored event JSON per conversation, in order: the baseline publishes exactly these. */
   payloads: string[][];
+  /** Per-message latencies of a paced run. */
+  paced?: PacedTiming;
   summary: string;
 }
 
@@ -166,7 +174,7 @@ export async function tetherAppendRun(
     await within(plan.timeoutMs, 'connecting clients', fleet.connect(`ws://127.0.0.1:${address.port}`, specs));
 
     const cpu = cpuMeter(natsPid, fleet.pid);
-    const ms = await around(() => within(plan.timeoutMs, 'the append run', fleet.run(plan.messagesPerConversation, plan.window, !plan.userActionsOnly)));
+    const { ms, paced } = await around(() => within(plan.timeoutMs, 'the append run', timedPhase(fleet, plan)));
     const used = cpu();
     const received = await within(plan.timeoutMs, 'collecting the frames', fleet.frames());
 
@@ -186,7 +194,8 @@ export async function tetherAppendRun(
       perSecond,
       cpu: used,
       payloads,
-      summary: `${fmt.int(events)} events in ${fmt.ms(ms)} ms = ${fmt.int(perSecond)} events/s (${describeCpu(used)})`,
+      paced,
+      summary: `${fmt.int(events)} events in ${fmt.ms(ms)} ms = ${fmt.int(perSecond)} events/s${paced ? ` (paced at ${fmt.int(plan.pacedPerSecond!)} messages/s)` : ''} (${describeCpu(used)})`,
     };
   } finally {
     await fleet.close().catch(() => undefined);
@@ -196,6 +205,13 @@ export async function tetherAppendRun(
     await jsm.streams.delete(stream).catch(() => false);
     for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
   }
+}
+
+async function timedPhase(fleet: ClientFleet, plan: AppendPlan): Promise<{ ms: number; paced?: PacedTiming }> {
+  if (plan.pacedPerSecond === undefined) return { ms: await fleet.run(plan.messagesPerConversation, plan.window, !plan.userActionsOnly) };
+  if (!plan.userActionsOnly) throw new Error('a paced run sends user actions only');
+  const paced = await fleet.paced(plan.messagesPerConversation, plan.pacedPerSecond);
+  return { ms: paced.ms, paced };
 }
 
 export interface RawPublishRun {

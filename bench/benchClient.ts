@@ -1,4 +1,5 @@
 import WebSocket from 'ws';
+import type { PacedMember } from './latencyPacing.ts';
 
 /** An event frame as received: its cursor and the event's JSON text as the server sent it. */
 export interface ReceivedEvent {
@@ -12,7 +13,7 @@ export interface ReceivedEvent {
 interface EventFrameShape {
   type: 'event';
   seq: number;
-  event: { type: string; source: string; data?: { state?: string } };
+  event: { type: string; source: string; data?: { state?: string; content?: string } };
 }
 
 const FILLER = 'The quick brown fox jumps over the lazy dog while the benchmark keeps the agent busy. ';
@@ -26,10 +27,15 @@ export function messageText(client: number, index: number): string {
  * A lean WebSocket client for the append benchmark. It keeps at most `window`
  * user messages in flight (sent, but not yet back as a stored `message` event)
  * and is done when all its messages are back and the agent has left `running`
- * after the last of them. Any `error` frame or early close fails the run.
+ * after the last of them. Any `error` frame or early close fails the run, and
+ * so does a user message that is not the conversation's next one (every client
+ * of a conversation checks every user message: once each, in order).
  */
-export class BenchClient {
+export class BenchClient implements PacedMember {
   readonly received: ReceivedEvent[] = [];
+  onArrival: ((k: number) => void) | null = null;
+  readonly failed: Promise<never>;
+  #rejectFailed: (err: Error) => void = () => {};
   readonly #socket: WebSocket;
   readonly #index: number;
   #sent = 0;
@@ -44,6 +50,8 @@ export class BenchClient {
   private constructor(socket: WebSocket, index: number) {
     this.#socket = socket;
     this.#index = index;
+    this.failed = new Promise<never>((_, reject) => (this.#rejectFailed = reject));
+    this.failed.catch(() => undefined);
   }
 
   /** Opens `/ws` after the given cursor (`auth`: extra query, who is calling) and resolves once the `sync` frame arrived. */
@@ -95,6 +103,11 @@ export class BenchClient {
     });
   }
 
+  /** Sends the conversation's k-th user message now, whatever is in flight (paced runs). */
+  sendMessage(k: number): void {
+    this.#socket.send(JSON.stringify({ type: 'user_action', action: { type: 'message', content: messageText(this.#index, k) } }));
+  }
+
   close(): void {
     this.#socket.removeAllListeners('close');
     this.#socket.close(1000);
@@ -102,10 +115,7 @@ export class BenchClient {
 
   #topUp(): void {
     const { messages, window } = this.#plan;
-    while (this.#sent < messages && this.#sent - this.#echoed < window) {
-      const action = { type: 'message', content: messageText(this.#index, this.#sent++) };
-      this.#socket.send(JSON.stringify({ type: 'user_action', action }));
-    }
+    while (this.#sent < messages && this.#sent - this.#echoed < window) this.sendMessage(this.#sent++);
   }
 
   #onFrame(frame: { type: string }, text: string): void {
@@ -117,8 +127,10 @@ export class BenchClient {
     const eventJson = text.slice(text.indexOf('"event":') + 8, -1);
     this.received.push({ seq, type: event.type, source: event.source, state, eventJson });
     if (event.type === 'message' && event.source === 'user') {
-      this.#echoed++;
+      const k = this.#echoed++;
+      if (event.data?.content !== messageText(this.#index, k)) return this.#fail(new Error(`user message ${k} of client ${this.#index} came back as ${eventJson}`));
       this.#lastUserSeq = seq;
+      this.onArrival?.(k);
       this.#topUp();
     }
     if (state !== undefined) this.#settled = { seq, state };
@@ -146,6 +158,7 @@ export class BenchClient {
 
   #fail(err: Error): void {
     this.#failure ??= err;
+    this.#rejectFailed(err);
     this.#finish?.reject(err);
   }
 }

@@ -1,10 +1,18 @@
-// The parent's handle on clientProcess.ts: one node process holding every ws
-// client of the append benchmark, driven one command at a time over IPC.
+// The parent's handle on clientProcess.ts: one node process holding every
+// client of the append benchmark (Tether's ws clients, or the Socket.IO
+// baseline's), driven one command at a time over IPC.
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { ClientSpec, FleetCommand, FleetReply, Frame } from './clientProcess.ts';
+import type { ClientSpec, FleetCommand, FleetReply, Frame, RoomSpec } from './clientProcess.ts';
 
-export type { ClientSpec, Frame };
+export type { ClientSpec, Frame, RoomSpec };
+
+/** A paced run as the client process measured it (see latencyPacing.ts). */
+export interface PacedTiming {
+  ms: number;
+  latencies: Float64Array;
+  sendLags: Float64Array;
+}
 
 export class ClientFleet {
   readonly #child: ChildProcess;
@@ -49,6 +57,11 @@ export class ClientFleet {
     await this.#ask({ type: 'connect', wsBase, clients });
   }
 
+  /** Connects the Socket.IO baseline's clients, room by room, the sender of each first. */
+  async connectSocketIo(url: string, rooms: RoomSpec[]): Promise<void> {
+    await this.#ask({ type: 'connectSocketIo', url, rooms });
+  }
+
   /**
    * Every sending client sends `messages` messages with at most `window` in
    * flight; resolves when every client has every event they caused, with the
@@ -60,7 +73,21 @@ export class ClientFleet {
     return reply.ms;
   }
 
-  /** Every client's event frames so far, in the order of `connect` (asked apart from `run`, so their shipping is not measured). */
+  /**
+   * Open loop: every sender sends `messages` on a fixed schedule, `perSecond`
+   * in all; resolves when every client has every message, with each message's
+   * latency (due → the last client of its conversation has it).
+   */
+  async paced(messages: number, perSecond: number): Promise<PacedTiming> {
+    const reply = await this.#ask({ type: 'paced', messages, perSecond });
+    if (reply.type !== 'paced') throw new Error(`the client process answered ${reply.type} to paced`);
+    return { ms: reply.ms, latencies: reply.latencies, sendLags: reply.sendLags };
+  }
+
+  /**
+   * Every client's frames so far, in the order of `connect` (for Socket.IO:
+   * room by room, sender first). Asked apart from `run`, so their shipping is not measured.
+   */
   async frames(): Promise<Frame[][]> {
     const reply = await this.#ask({ type: 'frames' });
     if (reply.type !== 'frames') throw new Error(`the client process answered ${reply.type} to frames`);
