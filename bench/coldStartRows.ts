@@ -117,53 +117,64 @@ export async function measureColdStart(ctx: BenchContext, forceProfile: boolean)
   const profiles: ProfileSection[] = [];
   try {
     const s = await sample(fx, ctx, warmups, rounds);
-    const managerMs = s.manager.map((x) => x.ms);
-    const httpMs = s.http.map((x) => x.ms);
-    const split = phases(s.manager);
-    ctx.notes.push(
-      `Cold start (h) split (median per step over ${s.manager.length} starts, each step from the event stored before it, timed where the manager's feed publishes it): ${split.lines.join('; ')}. \`manager.create()\` resolved at ${fmt.ms(median(s.manager.map((x) => x.createdMs)))} ms. Through HTTP (h2), \`POST /api/conversations\` answered 201 at ${fmt.ms(median(s.http.map((x) => x.createdMs)))} ms.`,
-      s.busy
-        ? `**Noisy machine**: in ${s.busy} of the ${rounds} cold-start rounds other processes (not counting the bashes the round spawned) used over 20% of a core; those rounds were kept (a p99 needs them all).`
-        : `All ${rounds} cold-start rounds had a quiet machine (other processes, not counting the bashes the round spawned, under 20% of a core).`,
-    );
-    ctx.runs.push(
-      `cold start (h), manager, ms: ${managerMs.map(fmt.ms).join(', ')}`,
-      `cold start (h2), HTTP + ws, ms: ${httpMs.map(fmt.ms).join(', ')}`,
-      `cold start baseline, bare bash, ms: ${s.bash.map(fmt.ms).join(', ')}`,
-    );
-    const missed = median(managerMs) >= TARGET_MS || median(httpMs) >= TARGET_MS;
-    if (missed) {
-      ctx.notes.push(`**Cold-start target missed**: median ${fmt.ms(median(managerMs))} ms through the manager, ${fmt.ms(median(httpMs))} ms through HTTP, against < ${TARGET_MS} ms. The slowest step: ${split.slowest}. See the cold-start profile below.`);
-    }
+    const missed = report(ctx, s, rounds);
     if (forceProfile || missed) profiles.push(await profileColdStart(ctx, fx));
     const leftRunning = fx.runtimes.filter((r) => r.alive).length;
     if (leftRunning) throw new Error(`${leftRunning} local runtime(s) still alive after their sessions were passivated`);
     ctx.settings.push(settings(fx, warmups, rounds));
-    const bash = median(s.bash);
-    return {
-      rows: [
-        {
-          measurement: `(h) cold start: \`manager.create()\` → \`awaiting_user_input\` stored, local runtime (a bash per conversation), JetStream log + KV stores, ${rounds} starts, median (p99) vs spawning a bare bash and reading its answer to one \`echo\``,
-          tether: describe(managerMs),
-          baseline: describe(s.bash),
-          ratio: median(managerMs) / bash,
-          target: `< ${TARGET_MS} ms median`,
-          pass: median(managerMs) < TARGET_MS,
-        },
-        {
-          measurement: `(h2) cold start through the API: \`POST /api/conversations\` → a ws client (same process) receives the stored \`awaiting_user_input\` event, ${rounds} starts, median (p99) vs the same bare bash`,
-          tether: describe(httpMs),
-          baseline: describe(s.bash),
-          ratio: median(httpMs) / bash,
-          target: `< ${TARGET_MS} ms median`,
-          pass: median(httpMs) < TARGET_MS,
-        },
-      ],
-      profiles,
-    };
+    return { rows: rowsOf(s, rounds), profiles };
   } finally {
     await fx.drop();
   }
+}
+
+/** The notes and every measured start; true when a target was missed. */
+function report(ctx: BenchContext, s: Samples, rounds: number): boolean {
+  const managerMs = s.manager.map((x) => x.ms);
+  const httpMs = s.http.map((x) => x.ms);
+  const split = phases(s.manager);
+  ctx.notes.push(
+    `Cold start (h) split (median per step over ${s.manager.length} starts, each step from the event stored before it, timed where the manager's feed publishes it): ${split.lines.join('; ')}. \`manager.create()\` resolved at ${fmt.ms(median(s.manager.map((x) => x.createdMs)))} ms. Through HTTP (h2), \`POST /api/conversations\` answered 201 at ${fmt.ms(median(s.http.map((x) => x.createdMs)))} ms.`,
+    s.busy
+      ? `**Noisy machine**: in ${s.busy} of the ${rounds} cold-start rounds other processes (not counting the bashes the round spawned) used over 20% of a core; those rounds were kept (a p99 needs them all).`
+      : `All ${rounds} cold-start rounds had a quiet machine (other processes, not counting the bashes the round spawned, under 20% of a core).`,
+  );
+  ctx.runs.push(
+    `cold start (h), manager, ms: ${managerMs.map(fmt.ms).join(', ')}`,
+    `cold start (h2), HTTP + ws, ms: ${httpMs.map(fmt.ms).join(', ')}`,
+    `cold start baseline, bare bash, ms: ${s.bash.map(fmt.ms).join(', ')}`,
+  );
+  const missed = median(managerMs) >= TARGET_MS || median(httpMs) >= TARGET_MS;
+  if (missed) {
+    ctx.notes.push(
+      `**Cold-start target missed**: median ${fmt.ms(median(managerMs))} ms through the manager, ${fmt.ms(median(httpMs))} ms through HTTP, against < ${TARGET_MS} ms. The slowest step: ${split.slowest}; a bare bash answers in ${fmt.ms(median(s.bash))} ms. See the cold-start profile below.`,
+    );
+  }
+  return missed;
+}
+
+function rowsOf(s: Samples, rounds: number): Row[] {
+  const managerMs = s.manager.map((x) => x.ms);
+  const httpMs = s.http.map((x) => x.ms);
+  const bash = median(s.bash);
+  return [
+    {
+      measurement: `(h) cold start: \`manager.create()\` → \`awaiting_user_input\` stored, local runtime (a bash per conversation), JetStream log + KV stores, ${rounds} starts, median (p99) vs spawning a bare bash and reading its answer to one \`echo\``,
+      tether: describe(managerMs),
+      baseline: describe(s.bash),
+      ratio: median(managerMs) / bash,
+      target: `< ${TARGET_MS} ms median`,
+      pass: median(managerMs) < TARGET_MS,
+    },
+    {
+      measurement: `(h2) cold start through the API: \`POST /api/conversations\` → a ws client (same process) receives the stored \`awaiting_user_input\` event, ${rounds} starts, median (p99) vs the same bare bash`,
+      tether: describe(httpMs),
+      baseline: describe(s.bash),
+      ratio: median(httpMs) / bash,
+      target: `< ${TARGET_MS} ms median`,
+      pass: median(httpMs) < TARGET_MS,
+    },
+  ];
 }
 
 function profileColdStart(ctx: BenchContext, fx: ColdStartFixture): Promise<ProfileSection> {

@@ -73,90 +73,104 @@ export async function measureRehydrate(ctx: BenchContext, forceProfile: boolean)
   let files: FileLayout | undefined;
   const profiles: ProfileSection[] = [];
   try {
-    const n = fmt.int(f.events);
     ctx.notes.push(
-      `The rehydration conversation (${n} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round (4 events) at a time, then passivated: ${fmt.int((f.events / f.buildMs) * 1000)} events/s for one conversation whose every append waits for the one before.`,
+      `The rehydration conversation (${fmt.int(f.events)} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round (4 events) at a time, then passivated: ${fmt.int((f.events / f.buildMs) * 1000)} events/s for one conversation whose every append waits for the one before.`,
     );
     progress("rehydration: writing the same events in OpenHands' file layout");
     files = await writeFileLayout(f.conversationId, await storedEventJson(f.raw.js, f.raw.stream, f.raw.subject, f.events, ctx.stepTimeoutMs));
-    const layout = files;
     const snap = await pairs(ctx, 'snapshot load', reps.snapshot, () => loadFromSnapshot(f), () => rawSnapshotRead(f));
-    const fold = await compare(ctx, 'full fold', reps.fold, [
-      { name: 'Tether', run: () => loadByFold(f) },
-      { name: 'raw', run: () => rawRead(f.raw, ctx.stepTimeoutMs) },
-      { name: 'file layout', run: async () => readFileLayout(layout) },
-    ]);
-    const [foldMs, rawMs, filesMs] = fold.medians as [number, number, number];
-    const parts = [];
-    for (let i = 0; i < reps.fold.runs; i++) parts.push(await foldParts(f));
-    const readMs = median(parts.map((p) => p.readMs));
-    const foldOnlyMs = median(parts.map((p) => p.foldMs));
-    ctx.notes.push(
-      `Full fold (d) split, timed apart (median of ${parts.length}): \`log.read\` of the ${n} events ${fmt.ms(readMs)} ms, \`foldEvents\` ${fmt.ms(foldOnlyMs)} ms (${fmt.int((foldOnlyMs * 1000) / f.events)} µs per event).`,
-    );
-    ctx.notes.push(fileLayoutNote(layout, rawMs, filesMs, reps.fold.runs));
-    const foldRatio = foldMs / rawMs;
-    const filesRatio = foldMs / filesMs;
-    if (foldRatio > FOLD_TARGET) {
-      ctx.notes.push(`**Full-fold target missed**: ratio ${fmt.ratio(foldRatio)} against ≤ ${FOLD_TARGET}; Tether needs ≤ ${fmt.ms(rawMs * FOLD_TARGET)} ms. See the rehydration profile below.`);
-    }
-    if (filesRatio >= 1) {
-      ctx.notes.push(
-        `**File-layout target missed**: the full fold (${fmt.ms(foldMs)} ms) is ${fmt.ratio(filesRatio)}× the file layout's read (${fmt.ms(filesMs)} ms), ${fmt.ms(foldMs - filesMs)} ms slower. ` +
-          `Either half alone is slower than the whole file-layout read: \`log.read\` ${fmt.ms(readMs)} ms (${fmt.ratio(readMs / filesMs)}×; even the raw JetStream read is ${fmt.ratio(rawMs / filesMs)}×: ${n} messages, each through nats-server, TCP and the nats.js consumer, against ${fmt.int(layout.pages)} page files of ${PAGE_SIZE} events from a warm page cache) and \`foldEvents\` ${fmt.ms(foldOnlyMs)} ms (${fmt.ratio(foldOnlyMs / filesMs)}×: a machine transition per event, where the file layout only parses JSON and rebuilds no state). ` +
-          'See the rehydration profile below for where the read and the fold spend it.',
-      );
-    }
-    if (forceProfile || foldRatio > FOLD_TARGET || filesRatio >= 1) profiles.push(await profileFold(ctx, f));
+    const fold = await measureFold(ctx, f, files, reps.fold);
+    if (forceProfile || fold.missed) profiles.push(await profileFold(ctx, f));
     const manager = await pairs(ctx, 'manager.session', reps.manager, () => managerRehydrate(f), () => rawSnapshotRead(f));
-    ctx.settings.push(...settings(f, reps), fileLayoutSetting(layout, reps.fold));
-    return {
-      rows: [
-        {
-          measurement: `(c) rehydrate from snapshot: \`loadSessionState\` of a passivated ${n}-event conversation vs raw KV get of the snapshot + last-message direct get (median)`,
-          tether: `${fmt.ms(snap.tether)} ms`,
-          baseline: `${fmt.ms(snap.raw)} ms`,
-          ratio: snap.tether / snap.raw,
-          target: `< ${SNAPSHOT_TARGET_MS} ms`,
-          pass: snap.tether < SNAPSHOT_TARGET_MS,
-        },
-        {
-          measurement: '(c2) rehydrate through `manager.session()` (ownership check, snapshot load, actor started, `session_rehydrated` stored) vs the same raw reads (median)',
-          tether: `${fmt.ms(manager.tether)} ms`,
-          baseline: `${fmt.ms(manager.raw)} ms`,
-          ratio: manager.tether / manager.raw,
-          target: '— (no target)',
-        },
-        {
-          measurement: `(c3) rehydrate from snapshot (c) vs reading the ${n} events back from OpenHands' file layout (one JSON file per event + 25-event pages, page cache warm; median of (d2)'s reads)`,
-          tether: `${fmt.ms(snap.tether)} ms`,
-          baseline: `${fmt.ms(filesMs)} ms`,
-          ratio: snap.tether / filesMs,
-          target: '— (no target)',
-        },
-        {
-          measurement: `(d) rehydrate by full fold: \`loadSessionState\` with no snapshot (read + fold of ${n} events) vs raw ordered consumer read + JSON.parse (median)`,
-          tether: `${fmt.ms(foldMs)} ms`,
-          baseline: `${fmt.ms(rawMs)} ms`,
-          ratio: foldRatio,
-          target: `≤ ${FOLD_TARGET}`,
-          pass: foldRatio <= FOLD_TARGET,
-        },
-        {
-          measurement: `(d2) rehydrate by full fold (d) vs reading the same ${n} events back from OpenHands' file layout (list the events dir, 25-event pages, JSON.parse; page cache warm) (median)`,
-          tether: `${fmt.ms(foldMs)} ms`,
-          baseline: `${fmt.ms(filesMs)} ms`,
-          ratio: filesRatio,
-          target: '< 1 (faster)',
-          pass: filesRatio < 1,
-        },
-      ],
-      profiles,
-    };
+    ctx.settings.push(...settings(f, reps), fileLayoutSetting(files, reps.fold));
+    return { rows: rowsOf(fmt.int(f.events), snap, manager, fold), profiles };
   } finally {
     await files?.remove();
     await f.drop();
   }
+}
+
+interface FoldFigures {
+  foldMs: number;
+  rawMs: number;
+  filesMs: number;
+  missed: boolean;
+}
+
+/** (d, d2): rounds of Tether's full fold, the raw JetStream read and the file-layout read; the split and any miss go to the notes. */
+async function measureFold(ctx: BenchContext, f: RehydrateFixture, layout: FileLayout, reps: Repetitions): Promise<FoldFigures> {
+  const n = fmt.int(f.events);
+  const fold = await compare(ctx, 'full fold', reps, [
+    { name: 'Tether', run: () => loadByFold(f) },
+    { name: 'raw', run: () => rawRead(f.raw, ctx.stepTimeoutMs) },
+    { name: 'file layout', run: async () => readFileLayout(layout) },
+  ]);
+  const [foldMs, rawMs, filesMs] = fold.medians as [number, number, number];
+  const parts = [];
+  for (let i = 0; i < reps.runs; i++) parts.push(await foldParts(f));
+  const readMs = median(parts.map((p) => p.readMs));
+  const foldOnlyMs = median(parts.map((p) => p.foldMs));
+  ctx.notes.push(
+    `Full fold (d) split, timed apart (median of ${parts.length}): \`log.read\` of the ${n} events ${fmt.ms(readMs)} ms, \`foldEvents\` ${fmt.ms(foldOnlyMs)} ms (${fmt.int((foldOnlyMs * 1000) / f.events)} µs per event).`,
+    fileLayoutNote(layout, rawMs, filesMs, reps.runs),
+  );
+  const foldRatio = foldMs / rawMs;
+  const filesRatio = foldMs / filesMs;
+  if (foldRatio > FOLD_TARGET) {
+    ctx.notes.push(`**Full-fold target missed**: ratio ${fmt.ratio(foldRatio)} against ≤ ${FOLD_TARGET}; Tether needs ≤ ${fmt.ms(rawMs * FOLD_TARGET)} ms. See the rehydration profile below.`);
+  }
+  if (filesRatio >= 1) {
+    ctx.notes.push(
+      `**File-layout target missed**: the full fold (${fmt.ms(foldMs)} ms) is ${fmt.ratio(filesRatio)}× the file layout's read (${fmt.ms(filesMs)} ms), ${fmt.ms(foldMs - filesMs)} ms slower. ` +
+        `Either half alone is slower than the whole file-layout read: \`log.read\` ${fmt.ms(readMs)} ms (${fmt.ratio(readMs / filesMs)}×; even the raw JetStream read is ${fmt.ratio(rawMs / filesMs)}×: ${n} messages, each through nats-server, TCP and the nats.js consumer, against ${fmt.int(layout.pages)} page files of ${PAGE_SIZE} events from a warm page cache) and \`foldEvents\` ${fmt.ms(foldOnlyMs)} ms (${fmt.ratio(foldOnlyMs / filesMs)}×: a machine transition per event, where the file layout only parses JSON and rebuilds no state). ` +
+        'See the rehydration profile below for where the read and the fold spend it.',
+    );
+  }
+  return { foldMs, rawMs, filesMs, missed: foldRatio > FOLD_TARGET || filesRatio >= 1 };
+}
+
+function rowsOf(n: string, snap: { tether: number; raw: number }, manager: { tether: number; raw: number }, fold: FoldFigures): Row[] {
+  const { foldMs, rawMs, filesMs } = fold;
+  return [
+    {
+      measurement: `(c) rehydrate from snapshot: \`loadSessionState\` of a passivated ${n}-event conversation vs raw KV get of the snapshot + last-message direct get (median)`,
+      tether: `${fmt.ms(snap.tether)} ms`,
+      baseline: `${fmt.ms(snap.raw)} ms`,
+      ratio: snap.tether / snap.raw,
+      target: `< ${SNAPSHOT_TARGET_MS} ms`,
+      pass: snap.tether < SNAPSHOT_TARGET_MS,
+    },
+    {
+      measurement: '(c2) rehydrate through `manager.session()` (ownership check, snapshot load, actor started, `session_rehydrated` stored) vs the same raw reads (median)',
+      tether: `${fmt.ms(manager.tether)} ms`,
+      baseline: `${fmt.ms(manager.raw)} ms`,
+      ratio: manager.tether / manager.raw,
+      target: '— (no target)',
+    },
+    {
+      measurement: `(c3) rehydrate from snapshot (c) vs reading the ${n} events back from OpenHands' file layout (one JSON file per event + ${PAGE_SIZE}-event pages, page cache warm; median of (d2)'s reads)`,
+      tether: `${fmt.ms(snap.tether)} ms`,
+      baseline: `${fmt.ms(filesMs)} ms`,
+      ratio: snap.tether / filesMs,
+      target: '— (no target)',
+    },
+    {
+      measurement: `(d) rehydrate by full fold: \`loadSessionState\` with no snapshot (read + fold of ${n} events) vs raw ordered consumer read + JSON.parse (median)`,
+      tether: `${fmt.ms(foldMs)} ms`,
+      baseline: `${fmt.ms(rawMs)} ms`,
+      ratio: foldMs / rawMs,
+      target: `≤ ${FOLD_TARGET}`,
+      pass: foldMs / rawMs <= FOLD_TARGET,
+    },
+    {
+      measurement: `(d2) rehydrate by full fold (d) vs reading the same ${n} events back from OpenHands' file layout (list the events dir, ${PAGE_SIZE}-event pages, JSON.parse; page cache warm) (median)`,
+      tether: `${fmt.ms(foldMs)} ms`,
+      baseline: `${fmt.ms(filesMs)} ms`,
+      ratio: foldMs / filesMs,
+      target: '< 1 (faster)',
+      pass: foldMs / filesMs < 1,
+    },
+  ];
 }
 
 function profileFold(ctx: BenchContext, f: RehydrateFixture): Promise<ProfileSection> {
