@@ -31,8 +31,8 @@ export interface ColdStartFixture {
   /** Every runtime the provider made, to check that none is left running. */
   runtimes: Runtime[];
   timeoutMs: number;
-  /** The id the manager gives the next conversation it creates. */
-  nextId: string;
+  /** The id the manager gives the next conversation it creates (set by the bench before each create). */
+  ids: { next: string };
   drop(): Promise<void>;
 }
 
@@ -67,7 +67,7 @@ export async function coldStartFixture(nc: NatsConnection, tag: string, timeoutM
     await rm(dataDir, { recursive: true, force: true });
   };
   try {
-    const fixture = { dataDir, runtimes, timeoutMs, nextId: '', drop } as ColdStartFixture;
+    const ids = { next: '' };
     manager = new SessionManager({
       log: await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.cold${tag}` }),
       conversations: await kvConversationStore(nc, { bucket: buckets[0] }),
@@ -75,11 +75,11 @@ export async function coldStartFixture(nc: NatsConnection, tag: string, timeoutM
       runtimes: tracked,
       agentFor: () => scriptedAgent(),
       logger: silentLogger,
-      newId: () => fixture.nextId,
+      newId: () => ids.next,
     });
     server = tetherServer({ manager, logger: silentLogger, maxFrameBytes: 1 << 20, maxBodyBytes: 1 << 20 });
     const address = await server.listen(0, '127.0.0.1');
-    return Object.assign(fixture, { manager, baseUrl: `http://127.0.0.1:${address.port}`, wsUrl: `ws://127.0.0.1:${address.port}` });
+    return { manager, dataDir, baseUrl: `http://127.0.0.1:${address.port}`, wsUrl: `ws://127.0.0.1:${address.port}`, runtimes, timeoutMs, ids, drop };
   } catch (err) {
     await drop();
     throw err;
@@ -110,7 +110,7 @@ const isIdle = (event: LoggedEvent['event']) => event.type === 'agent_state_chan
  */
 export async function managerColdStart(fx: ColdStartFixture): Promise<ColdStart> {
   const id = randomUUID().replaceAll('-', '');
-  fx.nextId = id;
+  fx.ids.next = id;
   const marks: Array<[string, number]> = [];
   let idleAt = 0;
   let reached!: () => void;
@@ -157,7 +157,7 @@ export async function closeColdStart(fx: ColdStartFixture, conversationId: strin
  * stays live: `closeColdStart` it.
  */
 export async function httpColdStart(fx: ColdStartFixture): Promise<ColdStart> {
-  fx.nextId = randomUUID().replaceAll('-', '');
+  fx.ids.next = randomUUID().replaceAll('-', '');
   const t0 = performance.now();
   const res = await fetch(`${fx.baseUrl}/api/conversations`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
   if (res.status !== 201) throw new Error(`POST /api/conversations: HTTP ${res.status} ${await res.text()}`);
