@@ -9,7 +9,8 @@ import { onStack, profileSection, type Bucket } from './profile.ts';
 import type { ProfileSection, Row } from './report.ts';
 import { ResumeClients } from './resumeClients.ts';
 import { socketIoResumeRun, type SocketIoResumeRun } from './resumeSocketIo.ts';
-import { TetherHost, tetherResumeRun, type ResumePlan, type TetherResumeRun, type TetherStoreNames } from './resumeTether.ts';
+import { tetherResumeRun, type ResumePlan, type TetherResumeRun } from './resumeTether.ts';
+import { TetherHost, type TetherStoreNames } from './resumeTetherHost.ts';
 
 const EVENTS = 1_000;
 const versionOf = (pkg: string) => (createRequire(import.meta.url)(`${pkg}/package.json`) as { version: string }).version;

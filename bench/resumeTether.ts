@@ -1,133 +1,12 @@
 // (f) Tether's side of resume after a drop: a real Tether server on JetStream
-// (KV stores, in-memory runtime, scripted agent) in this process, its
-// clients in resumeProcess.ts. A watching ws client is dropped, events are
-// stored while it is away (across a server restart in one case), and it
-// reconnects with its cursor. Checked against the log read through REST.
-import type { IncomingMessage } from 'node:http';
+// in this process (resumeTetherHost.ts), its clients in resumeProcess.ts. A
+// watching ws client is dropped, events are stored while it is away (across a
+// server restart in one case), and it reconnects with its cursor. Checked
+// against the log read through REST.
 import { performance } from 'node:perf_hooks';
-import { scriptedAgent } from '../src/agent/index.ts';
-import { silentLogger } from '../src/logger.ts';
-import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import { tetherServer } from '../src/server/index.ts';
-import { SessionManager } from '../src/session/index.ts';
-import { connectNats, jetStreamEventLog, kvConversationStore, kvSnapshotStore } from '../src/store/index.ts';
 import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
 import type { Frame, ResumeClients } from './resumeClients.ts';
-
-/** Where one bench's Tether keeps its events: fresh names per run of the bench. */
-export interface TetherStoreNames {
-  stream: string;
-  subjectPrefix: string;
-  conversations: string;
-  snapshots: string;
-}
-
-/** One Tether server as `tether serve` runs it: its own NATS connection, stores, session manager and listener. */
-export interface TetherInstance {
-  port: number;
-  base: string;
-  manager: SessionManager;
-  /** Stops it the way SIGTERM does (src/cli/serve.ts): server closed (1001), sessions passivated, NATS drained. */
-  stop(): Promise<void>;
-}
-
-const USER_HEADER = 'x-bench-user';
-const USER_PARAM = 'bench_user';
-const benchAuthenticate = async (req: IncomingMessage, url: URL): Promise<string> =>
-  url.searchParams.get(USER_PARAM) ?? (req.headers[USER_HEADER] as string | undefined) ?? 'local';
-
-/** Starts a Tether server on `port` (0: any free one) over the named stream and buckets. */
-async function startTether(natsUrl: string, names: TetherStoreNames, port = 0): Promise<TetherInstance> {
-  const nc = await connectNats(natsUrl, { name: 'tether-bench-resume' });
-  const log = await jetStreamEventLog(nc, { stream: names.stream, subjectPrefix: names.subjectPrefix });
-  const manager = new SessionManager({
-    log,
-    conversations: await kvConversationStore(nc, { bucket: names.conversations }),
-    snapshots: await kvSnapshotStore(nc, { bucket: names.snapshots }),
-    runtimes: memoryRuntimeProvider(),
-    // The agent thinks for 10 minutes after a message: every further user message is stored as exactly one event.
-    agentFor: () => scriptedAgent({ delayMs: 10 * 60_000 }),
-    logger: silentLogger,
-  });
-  const server = tetherServer({ manager, logger: silentLogger, maxFrameBytes: 1 << 20, maxBodyBytes: 1 << 20, authenticate: benchAuthenticate });
-  const address = await server.listen(port, '127.0.0.1');
-  // As serve does after listening: conversations that were mid-task come back by themselves.
-  const recovering = manager.recover().catch(() => 0);
-  return {
-    port: address.port,
-    base: `http://127.0.0.1:${address.port}`,
-    manager,
-    stop: async () => {
-      await recovering;
-      await server.close();
-      await manager.shutdown();
-      await nc.drain();
-    },
-  };
-}
-
-/** The Tether server of the resume bench: one at a time, restarted on the same port and store. */
-export class TetherHost {
-  readonly #natsUrl: string;
-  readonly #names: TetherStoreNames;
-  #instance: TetherInstance | null;
-
-  private constructor(natsUrl: string, names: TetherStoreNames, instance: TetherInstance) {
-    this.#natsUrl = natsUrl;
-    this.#names = names;
-    this.#instance = instance;
-  }
-
-  static async start(natsUrl: string, names: TetherStoreNames): Promise<TetherHost> {
-    return new TetherHost(natsUrl, names, await startTether(natsUrl, names));
-  }
-
-  get current(): TetherInstance {
-    if (!this.#instance) throw new Error('no Tether server is running');
-    return this.#instance;
-  }
-
-  /** Stops the server as SIGTERM does and starts a new one on the same port and store; the ms it took. */
-  async restart(): Promise<number> {
-    const t0 = performance.now();
-    const { port } = this.current;
-    await this.stop();
-    this.#instance = await startTether(this.#natsUrl, this.#names, port);
-    return performance.now() - t0;
-  }
-
-  async stop(): Promise<void> {
-    const instance = this.#instance;
-    this.#instance = null;
-    await instance?.stop();
-  }
-}
-
-interface Item {
-  seq: number;
-  event: unknown;
-}
-
-async function http<T>(base: string, user: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${base}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: { [USER_HEADER]: user, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`${path}: HTTP ${res.status} ${await res.text()}`);
-  return (await res.json()) as T;
-}
-
-/** Every stored event of the conversation after `afterSeq`, through REST. */
-async function restEvents(base: string, user: string, id: string, afterSeq: number): Promise<Item[]> {
-  const items: Item[] = [];
-  for (let cursor = afterSeq; ; ) {
-    const page = await http<{ items: Item[]; has_more: boolean }>(base, user, `/api/conversations/${id}/events?after_seq=${cursor}&limit=1000`);
-    items.push(...page.items);
-    if (!page.has_more || page.items.length === 0) return items;
-    cursor = page.items.at(-1)!.seq;
-  }
-}
+import { http, restEvents, USER_PARAM, type Item, type TetherHost } from './resumeTetherHost.ts';
 
 /** Waits until the conversation is `running` with that state fact as its last stored event: nothing more comes by itself. */
 async function settledRunning(base: string, user: string, id: string, deadline: number): Promise<void> {
@@ -152,7 +31,7 @@ async function until(what: string, deadline: number, done: () => boolean): Promi
 }
 
 export interface Verdict {
-  /** Missed events that reached the client exactly once, in order, with the log's bytes. */
+  /** Missed events that reached the client exactly once with the log's bytes (order is checked by `gapless`). */
   recovered: number;
   /** Every stored event after the cursor exactly once and in order, the missed ones, then live ones through the probe. */
   gapless: boolean;
@@ -221,6 +100,47 @@ export interface ResumePlan {
 /** Wraps the timed phase only (e.g. a CPU profiler); set-up and checks stay outside. */
 export type AroundTimed = <T>(work: () => Promise<T>) => Promise<T>;
 
+/** A conversation whose watcher was live (one event received: its cursor) and is now away. */
+interface Away {
+  id: string;
+  user: string;
+  cursor: number;
+  wsUrl: (afterSeq: number) => string;
+  actions: () => string;
+}
+
+/** A new conversation, running; the watcher connects, gets one live event, is dropped, and the server sees it go. */
+async function watchThenDrop(host: TetherHost, clients: ResumeClients, user: string, timeoutMs: number): Promise<Away> {
+  const deadline = performance.now() + timeoutMs;
+  const base = () => host.current.base;
+  const { conversation_id: id } = await http<{ conversation_id: string }>(base(), user, '/api/conversations', {
+    initial_message: 'Think about this for a while.',
+    max_iterations: 10_000,
+  });
+  await within(timeoutMs, 'conversation start-up', settledRunning(base(), user, id, deadline));
+  const wsUrl = (after: number) => `ws://127.0.0.1:${host.current.port}/ws?${USER_PARAM}=${user}&conversation_id=${id}&after_seq=${after}`;
+  const actions = () => `${base()}/api/conversations/${id}/actions`;
+  const { last_seq: start } = await http<{ last_seq: number }>(base(), user, `/api/conversations/${id}`);
+  await clients.ask({ type: 'tether.watch', url: wsUrl(start) }, 'ok');
+  await clients.ask({ type: 'tether.probe', url: actions(), user, label: `${user}-before` }, 'probed');
+  const { cursor } = await clients.ask({ type: 'tether.drop' }, 'dropped');
+  await until('the server saw the watcher go', deadline, () => host.current.manager.feed.count(id) === 0);
+  return { id, user, cursor, wsUrl, actions };
+}
+
+/** Stores the plan's messages while the watcher is away: half, a restart, the other half when the plan says so. */
+async function storeWhileAway(host: TetherHost, clients: ResumeClients, away: Away, plan: ResumePlan): Promise<{ seqs: number[]; restartMs?: number }> {
+  const write = async (count: number, label: string) => {
+    const writes = { url: away.actions(), user: away.user, count, window: plan.window, label: `${away.user}-${label}` };
+    return (await within(plan.timeoutMs, 'writing while the client is away', clients.ask({ type: 'tether.write', ...writes }, 'written'))).seqs;
+  };
+  if (!plan.restart) return { seqs: await write(plan.events, 'away') };
+  const first = Math.floor(plan.events / 2);
+  const before = await write(first, 'before-restart');
+  const restartMs = await host.restart();
+  return { seqs: [...before, ...(await write(plan.events - first, 'after-restart'))], restartMs };
+}
+
 /**
  * One resume on Tether: a new conversation (user `user`), the watcher live
  * on it, dropped, `plan.events` user messages stored meanwhile by another
@@ -234,93 +154,62 @@ export async function tetherResumeRun(
   user: string,
   around: AroundTimed = (work) => work(),
 ): Promise<TetherResumeRun> {
-  let tether = host.current;
-  const deadline = performance.now() + plan.timeoutMs;
-  const { conversation_id: id } = await http<{ conversation_id: string }>(tether.base, user, '/api/conversations', {
-    initial_message: 'Think about this for a while.',
-    max_iterations: 10_000,
-  });
-  await within(plan.timeoutMs, 'conversation start-up', settledRunning(tether.base, user, id, deadline));
-  const wsUrl = (after: number) => `ws://127.0.0.1:${tether.port}/ws?${USER_PARAM}=${user}&conversation_id=${id}&after_seq=${after}`;
-  const actions = () => `${tether.base}/api/conversations/${id}/actions`;
-  const { last_seq: start } = await http<{ last_seq: number }>(tether.base, user, `/api/conversations/${id}`);
-
-  // Live, with one event received: its cursor.
-  await clients.ask({ type: 'tether.watch', url: wsUrl(start) }, 'ok');
-  await clients.ask({ type: 'tether.probe', url: actions(), user, label: `${user}-before` }, 'probed');
-  const { cursor } = await clients.ask({ type: 'tether.drop' }, 'dropped');
-  // Away: the server has seen the connection go.
-  await until('the server saw the watcher go', deadline, () => tether.manager.feed.count(id) === 0);
-
-  const write = (count: number, label: string) =>
-    within(plan.timeoutMs, 'writing while the client is away', clients.ask({ type: 'tether.write', url: actions(), user, count, window: plan.window, label }, 'written'));
-  const first = plan.restart ? Math.floor(plan.events / 2) : plan.events;
-  const seqs = [...(await write(first, `${user}-a`)).seqs];
-  let restartMs: number | undefined;
-  if (plan.restart) {
-    restartMs = await host.restart();
-    tether = host.current;
-    seqs.push(...(await write(plan.events - first, `${user}-b`)).seqs);
-  }
-
-  const missed = await restEvents(tether.base, user, id, cursor);
-  const lastSeq = missed.at(-1)?.seq ?? cursor;
+  const away = await watchThenDrop(host, clients, user, plan.timeoutMs);
+  const { seqs, restartMs } = await storeWhileAway(host, clients, away, plan);
+  const { base } = host.current;
+  const missed = await restEvents(base, user, away.id, away.cursor);
+  const during = plan.during > 0 ? { during: { url: away.actions(), user, count: plan.during, window: plan.window, label: `${user}-during` } } : {};
+  const resume = { type: 'tether.resume', url: away.wsUrl(away.cursor), lastSeq: missed.at(-1)?.seq ?? away.cursor, ...during } as const;
   const cpu = cpuMeter(natsPid, clients.pid);
-  const resumed = await around(() =>
-    within(
-      plan.timeoutMs,
-      'the resume',
-      clients.ask(
-        {
-          type: 'tether.resume',
-          url: wsUrl(cursor),
-          lastSeq,
-          ...(plan.during > 0 && { during: { url: actions(), user, count: plan.during, window: plan.window, label: `${user}-during` } }),
-        },
-        'resumed',
-      ),
-    ),
-  );
+  const resumed = await around(() => within(plan.timeoutMs, 'the resume', clients.ask(resume, 'resumed')));
   const used = cpu();
-  const probe = await clients.ask({ type: 'tether.probe', url: actions(), user, label: `${user}-after` }, 'probed');
+  const probe = await clients.ask({ type: 'tether.probe', url: away.actions(), user, label: `${user}-after` }, 'probed');
   const { frames } = await clients.ask({ type: 'tether.frames' }, 'frames');
   await clients.ask({ type: 'close' }, 'ok');
-  const log = await restEvents(tether.base, user, id, cursor);
-  const verdict = verifyResume(frames, log, missed, probe.seq);
-
-  const byseq = new Map(missed.map((m) => [m.seq, JSON.stringify(m.event)]));
-  const payloads = seqs.map((seq): Frame => {
-    const json = byseq.get(seq);
-    if (json === undefined) throw new Error(`written event ${seq} is not in the log after the cursor ${cursor}`);
-    return [seq, json];
-  });
-  const others: Record<string, number> = {};
-  const writtenSeqs = new Set(seqs);
-  for (const m of missed) {
-    const type = (m.event as { type: string }).type;
-    if (!writtenSeqs.has(m.seq)) others[type] = (others[type] ?? 0) + 1;
-  }
-  const [atCursor] = await restEvents(tether.base, user, id, cursor - 1);
+  const verdict = verifyResume(frames, await restEvents(base, user, away.id, away.cursor), missed, probe.seq);
+  const [atCursor] = await restEvents(base, user, away.id, away.cursor - 1);
   // Out of the next restart's recovery: this conversation is done.
-  await http(tether.base, user, `/api/conversations/${id}/stop`, {});
+  await http(base, user, `/api/conversations/${away.id}/stop`, {});
+
   const restart = restartMs === undefined ? '' : `, restart ${fmt.ms(restartMs)} ms`;
-  const during = resumed.during.length ? ` (+${fmt.int(resumed.during.length)} messages stored while it caught up: not a timing)` : '';
+  const meanwhile = resumed.during.length ? ` (+${fmt.int(resumed.during.length)} messages stored while it caught up: not a timing)` : '';
   return {
     ...verdict,
     missed: missed.length,
     written: seqs.length,
     during: resumed.during.length,
-    others,
+    others: othersByType(missed, seqs),
     ms: resumed.ms,
     syncMs: resumed.connectMs,
     probeMs: probe.ms,
     ...(restartMs !== undefined && { restartMs }),
     cpu: used,
-    payloads,
-    cursorEvent: [cursor, JSON.stringify(atCursor!.event)],
+    payloads: writtenFrames(missed, seqs),
+    cursorEvent: [away.cursor, JSON.stringify(atCursor!.event)],
     summary:
       `${fmt.int(verdict.recovered)}/${fmt.int(missed.length)} missed events recovered (${fmt.int(seqs.length)} user messages), ` +
-      `${verdict.gapless ? 'gapless' : `NOT gapless: ${verdict.problem}`}, caught up in ${fmt.ms(resumed.ms)} ms${during} (sync ${fmt.ms(resumed.connectMs)} ms), ` +
+      `${verdict.gapless ? 'gapless' : `NOT gapless: ${verdict.problem}`}, caught up in ${fmt.ms(resumed.ms)} ms${meanwhile} (sync ${fmt.ms(resumed.connectMs)} ms), ` +
       `live probe ${fmt.ms(probe.ms)} ms${restart} (${describeCpu(used)})`,
   };
+}
+
+/** The written messages as stored (seq and JSON), for the baseline to emit the same events. */
+function writtenFrames(missed: readonly Item[], seqs: readonly number[]): Frame[] {
+  const bySeq = new Map(missed.map((m) => [m.seq, JSON.stringify(m.event)]));
+  return seqs.map((seq): Frame => {
+    const json = bySeq.get(seq);
+    if (json === undefined) throw new Error(`written event ${seq} is not among the missed events`);
+    return [seq, json];
+  });
+}
+
+/** The missed events that are not the written messages, counted by type. */
+function othersByType(missed: readonly Item[], seqs: readonly number[]): Record<string, number> {
+  const written = new Set(seqs);
+  const others: Record<string, number> = {};
+  for (const m of missed) {
+    const type = (m.event as { type: string }).type;
+    if (!written.has(m.seq)) others[type] = (others[type] ?? 0) + 1;
+  }
+  return others;
 }
