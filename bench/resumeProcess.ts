@@ -15,7 +15,7 @@ export type ResumeCommand =
   | { type: 'tether.watch'; url: string }
   /** Posts `count` user messages to `url` (the actions route) as `user`, `window` at a time; answers their seqs. */
   | ({ type: 'tether.write' } & Writes)
-  /** Posts one message and waits until the watcher has it: the watcher is live. */
+  /** Posts one message and waits until the watcher has it: the watcher is live. (Every wait is bounded: see WAIT_LIMIT_MS.) */
   | { type: 'tether.probe'; url: string; user: string; label: string }
   /** Drops the watcher without a close handshake (TCP closed, as a lost network or a killed tab). */
   | { type: 'tether.drop' }
@@ -51,7 +51,7 @@ export type ResumeReply =
   | { type: 'dropped'; cursor: number }
   | { type: 'written'; seqs: number[] }
   | { type: 'probed'; seq: number; ms: number }
-  | { type: 'resumed'; ms: number; connectMs: number; throughSeq: number; recovered: boolean; during: number[] }
+  | { type: 'resumed'; ms: number; connectMs: number; throughSeq: number; recovered: boolean; caughtUp: boolean; during: number[] }
   | { type: 'frames'; frames: Frame[] }
   | { type: 'seqs'; seqs: number[] }
   | { type: 'failed'; error: string };
@@ -150,6 +150,23 @@ async function postMessage(url: string, user: string, content: string, clientId:
   }
 }
 
+/**
+ * How long a client waits for an event it expects before it reports what it
+ * has: a missing event is a finding for the report, not a reason to hang.
+ */
+const WAIT_LIMIT_MS = 10_000;
+
+/** True once `arrived` resolves, false when WAIT_LIMIT_MS pass first. */
+async function bounded(arrived: Promise<void>): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), WAIT_LIMIT_MS)));
+  try {
+    return await Promise.race([arrived.then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Posts the messages, `window` requests in flight; their seqs in the order of their text's index. */
 async function write(w: Writes): Promise<number[]> {
   const seqs: number[] = new Array(w.count);
@@ -204,7 +221,7 @@ async function handle(command: ResumeCommand): Promise<ResumeReply> {
       if (!watcher) throw new Error('probe without a watcher');
       const t0 = performance.now();
       const seq = await postMessage(command.url, command.user, text(command.label, 0), command.label);
-      await watcher.until(seq);
+      await bounded(watcher.until(seq));
       return { type: 'probed', seq, ms: performance.now() - t0 };
     }
     case 'tether.drop': {
@@ -219,11 +236,11 @@ async function handle(command: ResumeCommand): Promise<ResumeReply> {
       const t0 = performance.now();
       const opened = await Watcher.open(command.url);
       watcher = opened.watcher;
-      await watcher.until(Math.max(command.lastSeq, watcher.throughSeq));
+      const caughtUp = await bounded(watcher.until(Math.max(command.lastSeq, watcher.throughSeq)));
       const ms = performance.now() - t0;
       const seqs = await during;
-      await watcher.until(Math.max(...seqs, -1));
-      return { type: 'resumed', ms, connectMs: opened.syncMs, throughSeq: watcher.throughSeq, recovered: true, during: seqs };
+      await bounded(watcher.until(Math.max(...seqs, -1)));
+      return { type: 'resumed', ms, connectMs: opened.syncMs, throughSeq: watcher.throughSeq, recovered: true, caughtUp, during: seqs };
     }
     case 'tether.frames':
       return { type: 'frames', frames: watcher?.frames ?? [] };
@@ -239,7 +256,7 @@ async function handle(command: ResumeCommand): Promise<ResumeReply> {
       return { type: 'ok' };
     }
     case 'sio.until':
-      await sioUntil(command.seq);
+      await bounded(sioUntil(command.seq));
       return { type: 'ok' };
     case 'sio.drop': {
       if (!sio) throw new Error('drop without a Socket.IO client');
@@ -261,8 +278,8 @@ async function handle(command: ResumeCommand): Promise<ResumeReply> {
       await connected;
       const connectMs = performance.now() - t0;
       // A recovered socket has had its missed packets (they come before the CONNECT packet); one that was not gets none.
-      if (socket.recovered) await sioUntil(command.lastSeq);
-      return { type: 'resumed', ms: performance.now() - t0, connectMs, throughSeq: -1, recovered: socket.recovered, during: [] };
+      const caughtUp = socket.recovered ? await bounded(sioUntil(command.lastSeq)) : false;
+      return { type: 'resumed', ms: performance.now() - t0, connectMs, throughSeq: -1, recovered: socket.recovered, caughtUp, during: [] };
     }
     case 'sio.frames':
       return { type: 'seqs', seqs: sioSeqs };

@@ -166,7 +166,7 @@ function notes(ctx: BenchContext, drop: readonly Paired[], restart: readonly Pai
   const gaps = every.filter((e) => !e.run.tether.gapless);
   if (gaps.length > 0) {
     ctx.notes.push(
-      `**Gapless target missed** in ${gaps.length} of ${every.length} Tether resumes: ${gaps.map((e) => `${e.restart ? 'across a restart' : 'after a drop'}: ${e.run.tether.recovered}/${e.run.tether.missed} recovered, ${e.run.tether.problem}`).join('; ')}. See the resume profile below.`,
+      `**Gapless target missed** in ${gaps.length} of ${every.length} Tether resumes: ${gaps.map((e) => `${e.restart ? 'across a restart' : 'after a drop'}: ${e.run.tether.recovered}/${e.run.tether.missed} recovered, ${e.run.tether.problem}`).join('; ')} (the first thing wrong in each). The resume profile below shows where the server's time went during one more resume.`,
     );
   }
 }

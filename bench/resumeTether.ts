@@ -188,7 +188,7 @@ export async function tetherResumeRun(
     cursorEvent: [away.cursor, JSON.stringify(atCursor!.event)],
     summary:
       `${fmt.int(verdict.recovered)}/${fmt.int(missed.length)} missed events recovered (${fmt.int(seqs.length)} user messages), ` +
-      `${verdict.gapless ? 'gapless' : `NOT gapless: ${verdict.problem}`}, caught up in ${fmt.ms(resumed.ms)} ms${meanwhile} (sync ${fmt.ms(resumed.connectMs)} ms), ` +
+      `${verdict.gapless ? 'gapless' : `NOT gapless: ${verdict.problem}`}, ${resumed.caughtUp ? 'caught up' : 'NOT caught up (gave up waiting)'} in ${fmt.ms(resumed.ms)} ms${meanwhile} (sync ${fmt.ms(resumed.connectMs)} ms), ` +
       `live probe ${fmt.ms(probe.ms)} ms${restart} (${describeCpu(used)})`,
   };
 }
