@@ -1,32 +1,206 @@
-// Starts heapProcess.ts in a node process of its own with --expose-gc (the
-// bench itself runs under plain tsx) and waits for its report.
-import { fork } from 'node:child_process';
+// What the memory measurements share: node child processes driven one command
+// at a time over IPC (the heap rows' process, and the density step's server,
+// baseline and client processes), and, for the measured side, heapUsed after
+// full GCs and the resident set size. The bench itself runs under plain tsx;
+// a measured process is started with --expose-gc.
+import { fork, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { jetstreamManager } from '@nats-io/jetstream';
+import pLimit from 'p-limit';
+import { scriptedAgent } from '../src/agent/index.ts';
+import { silentLogger } from '../src/logger.ts';
+import { CreateConversationBody, type PassivationReason } from '../src/protocol/index.ts';
+import type { RuntimeProvider } from '../src/runtime/index.ts';
+import { MemoryRuntime, echoHandler } from '../src/runtime/memoryRuntime.ts';
+import { SessionManager } from '../src/session/index.ts';
+import { jetStreamEventLog, kvConversationStore, kvSnapshotStore, type NatsConnection } from '../src/store/index.ts';
 import type { HeapReport, HeapRequest } from './heapProcess.ts';
 import { within } from './measure.ts';
 
-type HeapReply = { ok: true; report: HeapReport } | { ok: false; error: string };
-
 export const HEAP_NODE_FLAGS = ['--expose-gc', '--import', 'tsx'] as const;
+export const PLAIN_NODE_FLAGS = ['--import', 'tsx'] as const;
 
-export async function heapRun(request: HeapRequest, timeoutMs: number): Promise<HeapReport> {
-  const child = fork(fileURLToPath(new URL('./heapProcess.ts', import.meta.url)), [], {
-    execArgv: [...HEAP_NODE_FLAGS],
-    // The repository root, so that `--import tsx` finds this checkout's tsx wherever the bench was started.
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const reply = new Promise<HeapReply>((resolve, reject) => {
-    child.once('message', (message) => resolve(message as HeapReply));
-    child.once('error', reject);
-    child.once('exit', (code, signal) => reject(new Error(`the heap process exited (${signal ?? code}) before reporting`)));
-  });
-  try {
-    child.send(request);
-    const answer = await within(timeoutMs, 'the heap measurement', reply);
-    if (!answer.ok) throw new Error(`the heap process failed: ${answer.error}`);
-    return answer.report;
-  } finally {
-    if (child.exitCode === null && child.signalCode === null) child.kill();
+type Answer<R> = { ok: true; value: R } | { ok: false; error: string };
+
+/**
+ * A bench file running in a node process of its own, asked one command at a
+ * time; each answer comes back over IPC. A crash or exit rejects the pending question.
+ */
+export class BenchChild<Command extends { type: string }, Reply> {
+  readonly #child: ChildProcess;
+  readonly #name: string;
+  #pending: { resolve: (answer: Answer<Reply>) => void; reject: (err: Error) => void } | null = null;
+  #exited: Error | null = null;
+
+  constructor(file: URL, name: string, execArgv: readonly string[]) {
+    this.#name = name;
+    this.#child = fork(fileURLToPath(file), [], {
+      execArgv: [...execArgv],
+      // The repository root, so that `--import tsx` finds this checkout's tsx wherever the bench was started.
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      serialization: 'advanced',
+    });
+    this.#child.on('message', (answer: Answer<Reply>) => {
+      const pending = this.#pending;
+      this.#pending = null;
+      pending?.resolve(answer);
+    });
+    this.#child.on('error', (err) => this.#gone(new Error(`${name}: ${err.message}`)));
+    this.#child.on('exit', (code, signal) => this.#gone(new Error(`${name} exited (${signal ?? code})`)));
   }
+
+  get pid(): number {
+    const pid = this.#child.pid;
+    if (pid === undefined) throw new Error(`${this.#name} did not start`);
+    return pid;
+  }
+
+  /** The child's answer to `command`, or an error naming `step` after `timeoutMs`. */
+  async ask(command: Command, timeoutMs: number, step = `${this.#name}: ${command.type}`): Promise<Reply> {
+    if (this.#exited) throw this.#exited;
+    if (this.#pending) throw new Error(`${this.#name} is still busy (asked to ${command.type})`);
+    const answer = new Promise<Answer<Reply>>((resolve, reject) => {
+      this.#pending = { resolve, reject };
+      this.#child.send(command);
+    });
+    const reply = await within(timeoutMs, step, answer);
+    if (!reply.ok) throw new Error(`${this.#name} failed to ${command.type}: ${reply.error}`);
+    return reply.value;
+  }
+
+  stop(): void {
+    if (this.#child.exitCode === null && this.#child.signalCode === null) this.#child.kill();
+  }
+
+  #gone(err: Error): void {
+    this.#exited ??= err;
+    this.#pending?.reject(err);
+    this.#pending = null;
+  }
+}
+
+/** The child side of BenchChild: answers each command in turn; the parent going away ends the process. */
+export function answerCommands<Command, Reply>(handle: (command: Command) => Promise<Reply>): void {
+  let queue: Promise<unknown> = Promise.resolve();
+  process.on('message', (command: Command) => {
+    queue = queue.then(() =>
+      handle(command).then(
+        (value) => process.send?.({ ok: true, value } satisfies Answer<Reply>),
+        (err: unknown) => process.send?.({ ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) } satisfies Answer<Reply>),
+      ),
+    );
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
+/** Rows (e, e2): heapProcess.ts's measurement in a process of its own. */
+export async function heapRun(request: HeapRequest, timeoutMs: number): Promise<HeapReport> {
+  const child = new BenchChild<HeapRequest & { type: 'measure' }, HeapReport>(new URL('./heapProcess.ts', import.meta.url), 'the heap process', HEAP_NODE_FLAGS);
+  try {
+    return await child.ask({ type: 'measure', ...request }, timeoutMs, 'the heap measurement');
+  } finally {
+    child.stop();
+  }
+}
+
+const gc = (globalThis as { gc?: () => void }).gc;
+
+/** heapUsed in bytes once timers and pending I/O settled and full GCs stopped shrinking the heap (needs --expose-gc). */
+export async function heapUsed(): Promise<number> {
+  if (!gc) throw new Error('run with node --expose-gc');
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  let used = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < 5; i++) {
+    gc();
+    const now = process.memoryUsage().heapUsed;
+    if (now >= used) break;
+    used = now;
+  }
+  return used;
+}
+
+/** This process's resident set (VmRSS of /proc/self/status) in bytes; process.memoryUsage().rss where /proc is not there. */
+export function rssBytes(): number {
+  try {
+    const line = readFileSync('/proc/self/status', 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'));
+    const kib = line ? Number(/(\d+)/.exec(line)?.[1]) : Number.NaN;
+    if (Number.isFinite(kib)) return kib * 1024;
+  } catch {
+    // Not Linux.
+  }
+  return process.memoryUsage().rss;
+}
+
+/** heapUsed after full GCs, then the RSS: one memory reading of this process. */
+export async function memoryNow(): Promise<{ heapBytes: number; rssBytes: number }> {
+  const heapBytes = await heapUsed();
+  return { heapBytes, rssBytes: rssBytes() };
+}
+
+/** Like memoryRuntimeProvider, but keeps no list of what it made: the bench must not hold sessions' runtimes. */
+const untrackedRuntimes: RuntimeProvider = { create: (id, options) => new MemoryRuntime(id, echoHandler, options) };
+
+export interface BenchSessions {
+  manager: SessionManager;
+  /** Deletes the stream and buckets (the manager must be shut down first). */
+  dispose(): Promise<void>;
+}
+
+/**
+ * A SessionManager as the memory measurements use it: the JetStream event log
+ * and KV conversation and snapshot stores on names of its own (`name` and the
+ * run's tag), scripted agent, in-memory runtimes, default limits, silent logger.
+ */
+export async function benchSessions(nc: NatsConnection, name: string, tag: string): Promise<BenchSessions> {
+  const stream = `BENCH_${name.toUpperCase()}_${tag}`;
+  const buckets = [`bench_${name}_conversations_${tag}`, `bench_${name}_snapshots_${tag}`] as const;
+  const dispose = async () => {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(stream).catch(() => false);
+    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
+  };
+  try {
+    const manager = new SessionManager({
+      log: await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.${name}${tag}` }),
+      conversations: await kvConversationStore(nc, { bucket: buckets[0] }),
+      snapshots: await kvSnapshotStore(nc, { bucket: buckets[1] }),
+      runtimes: untrackedRuntimes,
+      agentFor: () => scriptedAgent(),
+      logger: silentLogger,
+    });
+    return { manager, dispose };
+  } catch (err) {
+    await dispose();
+    throw err;
+  }
+}
+
+/** The user of the i-th conversation: one user each, so the per-user running limit stays at its default. */
+export const benchUser = (i: number) => `u${i}`;
+
+const AT_ONCE = 200;
+
+/**
+ * Creates `count` conversations (user `benchUser(first + i)`), 200 at a time,
+ * and waits until each has started (`awaiting_user_input`). Returns their ids.
+ */
+export async function createStarted(manager: SessionManager, count: number, first = 0): Promise<string[]> {
+  const limit = pLimit(AT_ONCE);
+  const body = CreateConversationBody.parse({});
+  const ids = await Promise.all(
+    Array.from({ length: count }, (_, i) => limit(async () => (await manager.create(benchUser(first + i), body)).conversation_id)),
+  );
+  // Start-up (runtime, then awaiting_user_input) runs after create returns.
+  for (const [i, id] of ids.entries()) {
+    while ((await manager.session(id, benchUser(first + i))).state !== 'awaiting_user_input') await new Promise((r) => setTimeout(r, 10));
+  }
+  return ids;
+}
+
+/** `manager.passivate(id, reason)` of every id, 200 at a time. */
+export async function passivateAll(manager: SessionManager, ids: readonly string[], reason: PassivationReason): Promise<void> {
+  const limit = pLimit(AT_ONCE);
+  await Promise.all(ids.map((id) => limit(() => manager.passivate(id, reason))));
 }

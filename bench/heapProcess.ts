@@ -2,17 +2,11 @@
 // N passivated. Runs in its own node process (spawned by heapBench.ts with
 // --expose-gc), so nothing else of the bench is on its heap. Reports over IPC.
 import { performance } from 'node:perf_hooks';
-import { jetstreamManager } from '@nats-io/jetstream';
-import pLimit from 'p-limit';
 import { createActor } from 'xstate';
 import { inputFrom, sessionMachine } from '../machines/index.ts';
-import { scriptedAgent } from '../src/agent/index.ts';
-import { silentLogger } from '../src/logger.ts';
-import { CreateConversationBody, EVENT_VERSION, StoredEvent } from '../src/protocol/index.ts';
-import { MemoryRuntime, echoHandler } from '../src/runtime/memoryRuntime.ts';
-import type { RuntimeProvider } from '../src/runtime/index.ts';
-import { SessionManager } from '../src/session/index.ts';
-import { connectNats, jetStreamEventLog, kvConversationStore, kvSnapshotStore } from '../src/store/index.ts';
+import { EVENT_VERSION, StoredEvent } from '../src/protocol/index.ts';
+import { connectNats } from '../src/store/index.ts';
+import { answerCommands, benchSessions, createStarted, heapUsed, passivateAll } from './heapBench.ts';
 
 export interface HeapRequest {
   natsUrl: string;
@@ -65,71 +59,33 @@ async function references(): Promise<Pick<HeapReport, 'bareActorBytes' | 'machin
   return { bareActorBytes, machineCopyBytes };
 }
 
-const gc = (globalThis as { gc?: () => void }).gc;
-
-async function heapUsed(): Promise<number> {
-  if (!gc) throw new Error('run with node --expose-gc');
-  // Let timers and pending I/O callbacks settle, then collect until the heap stops shrinking.
-  await new Promise((resolve) => setTimeout(resolve, 100));
-  let used = Number.POSITIVE_INFINITY;
-  for (let i = 0; i < 5; i++) {
-    gc();
-    const now = process.memoryUsage().heapUsed;
-    if (now >= used) break;
-    used = now;
-  }
-  return used;
-}
-
-/** Like memoryRuntimeProvider, but keeps no list of what it made: the bench must not hold sessions' runtimes. */
-const runtimes: RuntimeProvider = { create: (id, options) => new MemoryRuntime(id, echoHandler, options) };
-
 async function measure(request: HeapRequest): Promise<HeapReport> {
   const { natsUrl, sessions, tag } = request;
   const nc = await connectNats(natsUrl, { name: 'tether-bench-heap' });
-  const stream = `BENCH_HEAP_${tag}`;
-  const buckets = [`bench_heap_conversations_${tag}`, `bench_heap_snapshots_${tag}`];
   try {
-    const manager = new SessionManager({
-      log: await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.heap${tag}` }),
-      conversations: await kvConversationStore(nc, { bucket: buckets[0] }),
-      snapshots: await kvSnapshotStore(nc, { bucket: buckets[1] }),
-      runtimes,
-      agentFor: () => scriptedAgent(),
-      logger: silentLogger,
-    });
-    const emptyBytes = await heapUsed();
-    const limit = pLimit(200);
-    const body = CreateConversationBody.parse({});
-    const t0 = performance.now();
-    const ids = await Promise.all(
-      Array.from({ length: sessions }, (_, i) => limit(async () => (await manager.create(`u${i}`, body)).conversation_id)),
-    );
-    // Start-up (runtime, then awaiting_user_input) runs after create returns.
-    for (const [i, id] of ids.entries()) {
-      while ((await manager.session(id, `u${i}`)).state !== 'awaiting_user_input') await new Promise((r) => setTimeout(r, 10));
+    const { manager, dispose } = await benchSessions(nc, 'heap', tag);
+    let measured: Omit<HeapReport, 'bareActorBytes' | 'machineCopyBytes'>;
+    try {
+      const emptyBytes = await heapUsed();
+      const t0 = performance.now();
+      const ids = await createStarted(manager, sessions);
+      const createMs = performance.now() - t0;
+      const liveCountWhenLive = manager.liveCount;
+      const liveBytes = await heapUsed();
+      const t1 = performance.now();
+      await passivateAll(manager, ids, 'close_delay');
+      const passivateMs = performance.now() - t1;
+      const liveCountWhenPassivated = manager.liveCount;
+      const passivatedBytes = await heapUsed();
+      measured = { sessions, emptyBytes, liveBytes, passivatedBytes, liveCountWhenLive, liveCountWhenPassivated, createMs, passivateMs };
+    } finally {
+      await manager.shutdown();
+      await dispose();
     }
-    const createMs = performance.now() - t0;
-    const liveCountWhenLive = manager.liveCount;
-    const liveBytes = await heapUsed();
-    const t1 = performance.now();
-    await Promise.all(ids.map((id) => limit(() => manager.passivate(id, 'close_delay'))));
-    const passivateMs = performance.now() - t1;
-    const liveCountWhenPassivated = manager.liveCount;
-    const passivatedBytes = await heapUsed();
-    await manager.shutdown();
-    return { sessions, emptyBytes, liveBytes, passivatedBytes, liveCountWhenLive, liveCountWhenPassivated, createMs, passivateMs, ...(await references()) };
+    return { ...measured, ...(await references()) };
   } finally {
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(stream).catch(() => false);
-    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
     await nc.close();
   }
 }
 
-process.once('message', (request: HeapRequest) => {
-  measure(request).then(
-    (report) => process.send?.({ ok: true, report }, () => process.exit(0)),
-    (err: unknown) => process.send?.({ ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) }, () => process.exit(1)),
-  );
-});
+answerCommands<HeapRequest, HeapReport>(measure);
