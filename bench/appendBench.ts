@@ -96,7 +96,8 @@ async function settledSeq(base: string, user: string, id: string, deadline: numb
       if (event?.type === 'agent_state_changed' && event.data?.state === 'awaiting_user_input') return info.last_seq;
     }
     if (performance.now() > deadline) throw new Error(`conversation ${id} is still ${info.state} after start-up`);
-    await new Promise((r) => setTimeout(r, 5));
+    // Not faster: a hundred conversations polled every few ms would slow the start-up being waited for.
+    await new Promise((r) => setTimeout(r, 20));
   }
 }
 
@@ -180,8 +181,9 @@ export async function tetherAppendRun(
 
     const payloads: string[][] = [];
     let events = 0;
+    const logs = await within(plan.timeoutMs, 'reading the logs', Promise.all(ids.map((id, i) => restEvents(base, userOf(i), id, cursors[i]!))));
     for (const [i, id] of ids.entries()) {
-      const stored = await restEvents(base, userOf(i), id, cursors[i]!);
+      const stored = logs[i]!;
       for (const [k, spec] of specs.entries()) if (spec.conversationId === id) verify(id, stored, received[k]!);
       events += stored.length;
       payloads.push(stored.map((item) => JSON.stringify(item.event)));

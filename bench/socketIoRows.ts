@@ -34,14 +34,14 @@ export interface FanOutResult {
 const busy = (r: Trio) => busyMachine(r.tether.cpu) || busyMachine(r.raw.cpu) || busyMachine(r.socketIo.cpu);
 const microsEach = (values: number[]) => fmt.int(median(values) * 1000);
 
-/** The largest shares of a profile's busy time (idle left out), in one line. */
+/** The largest shares of a profile's busy time (idle left out) and its heaviest function, in one line. */
 function largestShares(p: ProfileSection, count = 4): string {
   const busyShares = p.shares.filter((s) => !s.label.startsWith('idle'));
   const total = busyShares.reduce((n, s) => n + s.ms, 0);
-  return busyShares
-    .slice(0, count)
-    .map((s) => `${s.label}: ${((s.ms / total) * 100).toFixed(0)}%`)
-    .join('; ');
+  const pct = (ms: number) => `${((ms / total) * 100).toFixed(0)}%`;
+  const shares = busyShares.slice(0, count).map((s) => `${s.label}: ${pct(s.ms)}`);
+  const heaviest = p.summary.functions.find((f) => !f.where.startsWith('('));
+  return `${shares.join('; ')}${heaviest ? `. The heaviest single function by self time is \`${heaviest.where}\` (${pct(heaviest.selfMs)} of the busy time)` : ''}`;
 }
 
 export async function measureFanOut(ctx: BenchContext, fleet: ClientFleet, plan: FanOutPlan, forceProfile: boolean, singleClientPerSecond: number): Promise<FanOutResult> {
