@@ -1,17 +1,11 @@
 // The density step's ws clients: up to 10,000 sockets in one node process of
 // their own (the server's heap must not hold them), idle once connected. A
 // Tether client is connected when its `sync` frame arrived; a bare ws client
-// when the socket opened. densityRows.ts drives it over IPC.
+// when the socket opened. densityRuns.ts drives it over IPC.
 import { performance } from 'node:perf_hooks';
 import pLimit from 'p-limit';
 import WebSocket from 'ws';
 import { answerCommands } from './heapBench.ts';
-
-export type ClientsCommand =
-  | { type: 'connect'; urls: string[]; sync: boolean }
-  | { type: 'status' }
-  | { type: 'check'; indexes: number[]; timeoutMs: number }
-  | { type: 'close' };
 
 export interface ClientsStatus {
   open: number;
@@ -21,7 +15,14 @@ export interface ClientsStatus {
   sawPassivation: number;
 }
 
-export type ClientsReply = { ms: number } | ClientsStatus | null;
+export type ClientsProtocol = {
+  /** Opens a socket to each url, CONNECTING_AT_ONCE at a time; with `sync`, each counts once the server's `sync` frame arrived. */
+  connect: { args: { urls: string[]; sync: boolean }; reply: { ms: number } };
+  status: { args: object; reply: ClientsStatus };
+  /** The clients at these indexes each make a round trip (see roundTrip). */
+  check: { args: { indexes: number[]; timeoutMs: number }; reply: { ms: number } };
+  close: { args: object; reply: null };
+};
 
 interface EventFrame {
   type: string;
@@ -108,48 +109,43 @@ function roundTrip(client: IdleClient, index: number, timeoutMs: number): Promis
   });
 }
 
-async function handle(command: ClientsCommand): Promise<ClientsReply> {
-  switch (command.type) {
-    case 'connect': {
-      if (clients.length > 0) throw new Error('close the previous clients first');
-      const limit = pLimit(CONNECTING_AT_ONCE);
-      const t0 = performance.now();
-      clients = await Promise.all(command.urls.map((url) => limit(() => open(url, command.sync))));
-      return { ms: performance.now() - t0 };
-    }
-    case 'status':
-      return {
-        open: clients.filter((c) => c.socket.readyState === WebSocket.OPEN).length,
-        lost: clients.filter((c) => c.lost).length,
-        sawPassivation: clients.filter((c) => c.sawPassivation).length,
-      };
-    case 'check': {
-      const t0 = performance.now();
-      await Promise.all(
-        command.indexes.map((i) => {
-          const client = clients[i];
-          if (!client) throw new Error(`no client ${i}`);
-          return roundTrip(client, i, command.timeoutMs);
+answerCommands<ClientsProtocol>({
+  connect: async ({ urls, sync }) => {
+    if (clients.length > 0) throw new Error('close the previous clients first');
+    const limit = pLimit(CONNECTING_AT_ONCE);
+    const t0 = performance.now();
+    clients = await Promise.all(urls.map((url) => limit(() => open(url, sync))));
+    return { ms: performance.now() - t0 };
+  },
+  status: async () => ({
+    open: clients.filter((c) => c.socket.readyState === WebSocket.OPEN).length,
+    lost: clients.filter((c) => c.lost).length,
+    sawPassivation: clients.filter((c) => c.sawPassivation).length,
+  }),
+  check: async ({ indexes, timeoutMs }) => {
+    const t0 = performance.now();
+    await Promise.all(
+      indexes.map((i) => {
+        const client = clients[i];
+        if (!client) throw new Error(`no client ${i}`);
+        return roundTrip(client, i, timeoutMs);
+      }),
+    );
+    return { ms: performance.now() - t0 };
+  },
+  close: async () => {
+    const closing = clients.map(
+      (c) =>
+        new Promise<void>((resolve) => {
+          if (c.socket.readyState === WebSocket.CLOSED) return resolve();
+          c.socket.removeAllListeners('close');
+          c.socket.once('close', () => resolve());
+          c.socket.close(1000);
         }),
-      );
-      return { ms: performance.now() - t0 };
-    }
-    case 'close': {
-      const closing = clients.map(
-        (c) =>
-          new Promise<void>((resolve) => {
-            if (c.socket.readyState === WebSocket.CLOSED) return resolve();
-            c.socket.removeAllListeners('close');
-            c.socket.once('close', () => resolve());
-            c.socket.close(1000);
-          }),
-      );
-      clients = [];
-      // Wait (bounded) for the closing handshakes, so the next server starts with none of these.
-      await Promise.race([Promise.all(closing), new Promise((r) => setTimeout(r, 5_000))]);
-      return null;
-    }
-  }
-}
-
-answerCommands(handle);
+    );
+    clients = [];
+    // Wait (bounded) for the closing handshakes, so the next server starts with none of these.
+    await Promise.race([Promise.all(closing), new Promise((r) => setTimeout(r, 5_000))]);
+    return null;
+  },
+});

@@ -27,6 +27,7 @@ interface RawSnapshot {
 const BY_TYPE_ONLY = new Set(['string', 'concatenated string', 'sliced string', 'number', 'code', 'object shape', 'bigint', 'symbol', 'regexp']);
 // Kinds that are a JS object's own: named by their constructor or function, not by what holds them.
 const OWN_NAME = new Set(['object', 'closure', 'native', 'regexp']);
+const COLLECTIONS = new Set(['Map', 'Set', 'WeakMap', 'WeakSet']);
 
 /** The live heap of this process summed by kind, heaviest first. */
 export async function heapByKind(): Promise<HeapKind[]> {
@@ -51,12 +52,21 @@ export async function heapByKind(): Promise<HeapKind[]> {
   const firstEdge = new Int32Array(count + 1);
   for (let node = 0; node < count; node++) firstEdge[node + 1] = firstEdge[node]! + raw.nodes[node * width + edgesAt]! * edgeWidth;
   const owner = new Int32Array(count).fill(-1);
+  // The name of that edge (a property or variable), as a string index; -1 for an element or hidden edge.
+  const ownerEdge = new Int32Array(count).fill(-1);
+  // For a scope (context), a function that keeps it: its file names the scope's variables.
+  const scopeUser = new Int32Array(count).fill(-1);
+  const closureType = nodeTypes.indexOf('closure');
   for (let node = 0; node < count; node++) {
+    const isClosure = raw.nodes[node * width + typeAt] === closureType;
     for (let edge = firstEdge[node]!; edge < firstEdge[node + 1]!; edge += edgeWidth) {
       const type = edgeTypes[raw.edges[edge + edgeTypeAt]!];
       if (type === 'weak' || type === 'shortcut') continue;
       const to = raw.edges[edge + edgeToAt]! / width;
-      if (owner[to] === -1) owner[to] = node;
+      if (isClosure && type === 'internal' && scopeUser[to] === -1 && raw.strings[raw.edges[edge + edgeNameAt]!] === 'context') scopeUser[to] = node;
+      if (owner[to] !== -1) continue;
+      owner[to] = node;
+      if (type !== 'element' && type !== 'hidden') ownerEdge[to] = raw.edges[edge + edgeNameAt]!;
     }
   }
   /** The node a named edge of `node` leads to (of `only` that edge type, when given), or -1. */
@@ -84,6 +94,17 @@ export async function heapByKind(): Promise<HeapKind[]> {
     const label = ownName === -1 ? `closure ${name || '(anonymous)'}` : `closure ${nameOf(ownName) || name || '(anonymous)'}`;
     return `${label}${where ? ` ${where}` : ''}${ownName === -1 ? '' : ' with own name'}`;
   };
+  /** A Map, Set, WeakMap or WeakSet, named by where it is kept: `WeakMap cache in src/protocol/eventJson.ts`, `Map WsGateway.#perConversation`. */
+  const collectionLabel = (node: number, name: string): string => {
+    const holder = owner[node]!;
+    if (holder === -1 || ownerEdge[node] === -1) return name;
+    const edge = raw.strings[ownerEdge[node]!] ?? '';
+    if (nameOf(holder) !== 'system / Context') return `${name} ${nameOf(holder)}.${edge}`;
+    // A variable of a closure's scope: named with the file of the function that keeps the scope.
+    const user = scopeUser[holder]!;
+    const where = user === -1 ? '' : fileOf(user);
+    return `${name} ${edge}${where ? ` in ${where}` : ''}`;
+  };
   const typeOf = (node: number) => nodeTypes[raw.nodes[node * width + typeAt]!] ?? 'unknown';
   // Labels are interned: a node's kind is the pair (its own label, its holder's label).
   const labels: string[] = [];
@@ -93,7 +114,13 @@ export async function heapByKind(): Promise<HeapKind[]> {
     if (labelIds[node] !== -1) return labelIds[node]!;
     const type = typeOf(node);
     const name = nameOf(node);
-    const text = BY_TYPE_ONLY.has(type) ? `(${type})` : type === 'closure' ? closureLabel(node, name) : name || `(${type})`;
+    const text = BY_TYPE_ONLY.has(type)
+      ? `(${type})`
+      : type === 'closure'
+        ? closureLabel(node, name)
+        : COLLECTIONS.has(name)
+          ? collectionLabel(node, name)
+          : name || `(${type})`;
     let id = interned.get(text);
     if (id === undefined) interned.set(text, (id = labels.push(text) - 1));
     labelIds[node] = id;

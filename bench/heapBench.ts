@@ -6,6 +6,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { getHeapSpaceStatistics } from 'node:v8';
 import { jetstreamManager } from '@nats-io/jetstream';
 import pLimit from 'p-limit';
 import { scriptedAgent } from '../src/agent/index.ts';
@@ -15,22 +16,26 @@ import type { RuntimeProvider } from '../src/runtime/index.ts';
 import { MemoryRuntime, echoHandler } from '../src/runtime/memoryRuntime.ts';
 import { SessionManager } from '../src/session/index.ts';
 import { jetStreamEventLog, kvConversationStore, kvSnapshotStore, type NatsConnection } from '../src/store/index.ts';
-import type { HeapReport, HeapRequest } from './heapProcess.ts';
+import type { HeapProtocol, HeapReport, HeapRequest } from './heapProcess.ts';
 import { within } from './measure.ts';
 
 export const HEAP_NODE_FLAGS = ['--expose-gc', '--import', 'tsx'] as const;
 export const PLAIN_NODE_FLAGS = ['--import', 'tsx'] as const;
 
-type Answer<R> = { ok: true; value: R } | { ok: false; error: string };
+/** What a child process answers to: for each command, its arguments and its reply. */
+export type Protocol = Record<string, { args: object; reply: unknown }>;
+
+type Question = { type: string; args: object };
+type Answer = { ok: true; value: unknown } | { ok: false; error: string };
 
 /**
  * A bench file running in a node process of its own, asked one command at a
  * time; each answer comes back over IPC. A crash or exit rejects the pending question.
  */
-export class BenchChild<Command extends { type: string }, Reply> {
+export class BenchChild<P extends Protocol> {
   readonly #child: ChildProcess;
   readonly #name: string;
-  #pending: { resolve: (answer: Answer<Reply>) => void; reject: (err: Error) => void } | null = null;
+  #pending: { resolve: (answer: Answer) => void; reject: (err: Error) => void } | null = null;
   #exited: Error | null = null;
 
   constructor(file: URL, name: string, execArgv: readonly string[]) {
@@ -42,7 +47,7 @@ export class BenchChild<Command extends { type: string }, Reply> {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       serialization: 'advanced',
     });
-    this.#child.on('message', (answer: Answer<Reply>) => {
+    this.#child.on('message', (answer: Answer) => {
       const pending = this.#pending;
       this.#pending = null;
       pending?.resolve(answer);
@@ -51,23 +56,17 @@ export class BenchChild<Command extends { type: string }, Reply> {
     this.#child.on('exit', (code, signal) => this.#gone(new Error(`${name} exited (${signal ?? code})`)));
   }
 
-  get pid(): number {
-    const pid = this.#child.pid;
-    if (pid === undefined) throw new Error(`${this.#name} did not start`);
-    return pid;
-  }
-
-  /** The child's answer to `command`, or an error naming `step` after `timeoutMs`. */
-  async ask(command: Command, timeoutMs: number, step = `${this.#name}: ${command.type}`): Promise<Reply> {
+  /** The child's reply to command `type`, or an error naming `step` after `timeoutMs`. */
+  async ask<T extends keyof P & string>(type: T, args: P[T]['args'], timeoutMs: number, step = `${this.#name}: ${type}`): Promise<P[T]['reply']> {
     if (this.#exited) throw this.#exited;
-    if (this.#pending) throw new Error(`${this.#name} is still busy (asked to ${command.type})`);
-    const answer = new Promise<Answer<Reply>>((resolve, reject) => {
+    if (this.#pending) throw new Error(`${this.#name} is still busy (asked to ${type})`);
+    const answer = new Promise<Answer>((resolve, reject) => {
       this.#pending = { resolve, reject };
-      this.#child.send(command);
+      this.#child.send({ type, args } satisfies Question);
     });
     const reply = await within(timeoutMs, step, answer);
-    if (!reply.ok) throw new Error(`${this.#name} failed to ${command.type}: ${reply.error}`);
-    return reply.value;
+    if (!reply.ok) throw new Error(`${this.#name} failed to ${type}: ${reply.error}`);
+    return reply.value as P[T]['reply'];
   }
 
   stop(): void {
@@ -81,14 +80,19 @@ export class BenchChild<Command extends { type: string }, Reply> {
   }
 }
 
-/** The child side of BenchChild: answers each command in turn; the parent going away ends the process. */
-export function answerCommands<Command, Reply>(handle: (command: Command) => Promise<Reply>): void {
+/** The child side of BenchChild: answers each command in turn with its handler; the parent going away ends the process. */
+export function answerCommands<P extends Protocol>(handlers: { [T in keyof P]: (args: P[T]['args']) => Promise<P[T]['reply']> }): void {
+  const run = async ({ type, args }: Question): Promise<unknown> => {
+    const handler = handlers[type];
+    if (!handler) throw new Error(`unknown command ${type}`);
+    return handler(args);
+  };
   let queue: Promise<unknown> = Promise.resolve();
-  process.on('message', (command: Command) => {
+  process.on('message', (question: Question) => {
     queue = queue.then(() =>
-      handle(command).then(
-        (value) => process.send?.({ ok: true, value } satisfies Answer<Reply>),
-        (err: unknown) => process.send?.({ ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) } satisfies Answer<Reply>),
+      run(question).then(
+        (value) => process.send?.({ ok: true, value } satisfies Answer),
+        (err: unknown) => process.send?.({ ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) } satisfies Answer),
       ),
     );
   });
@@ -97,9 +101,9 @@ export function answerCommands<Command, Reply>(handle: (command: Command) => Pro
 
 /** Rows (e, e2): heapProcess.ts's measurement in a process of its own. */
 export async function heapRun(request: HeapRequest, timeoutMs: number): Promise<HeapReport> {
-  const child = new BenchChild<HeapRequest & { type: 'measure' }, HeapReport>(new URL('./heapProcess.ts', import.meta.url), 'the heap process', HEAP_NODE_FLAGS);
+  const child = new BenchChild<HeapProtocol>(new URL('./heapProcess.ts', import.meta.url), 'the heap process', HEAP_NODE_FLAGS);
   try {
-    return await child.ask({ type: 'measure', ...request }, timeoutMs, 'the heap measurement');
+    return await child.ask('measure', request, timeoutMs, 'the heap measurement');
   } finally {
     child.stop();
   }
@@ -133,10 +137,21 @@ export function rssBytes(): number {
   return process.memoryUsage().rss;
 }
 
+export interface MemoryReading {
+  /** heapUsed after full GCs. */
+  heapBytes: number;
+  /** The part of it that is compiled code (V8's code spaces): it grows with what a run made hot, not per object kept. */
+  codeBytes: number;
+  rssBytes: number;
+}
+
 /** heapUsed after full GCs, then the RSS: one memory reading of this process. */
-export async function memoryNow(): Promise<{ heapBytes: number; rssBytes: number }> {
+export async function memoryNow(): Promise<MemoryReading> {
   const heapBytes = await heapUsed();
-  return { heapBytes, rssBytes: rssBytes() };
+  const codeBytes = getHeapSpaceStatistics()
+    .filter((space) => space.space_name.startsWith('code_'))
+    .reduce((total, space) => total + space.space_used_size, 0);
+  return { heapBytes, codeBytes, rssBytes: rssBytes() };
 }
 
 /** Like memoryRuntimeProvider, but keeps no list of what it made: the bench must not hold sessions' runtimes. */

@@ -29,6 +29,8 @@ export interface HeapReport {
   machineCopyBytes: number;
 }
 
+export type HeapProtocol = { measure: { args: HeapRequest; reply: HeapReport } };
+
 const REFERENCE_COUNT = 1_000;
 
 /** Heap per object of `make`, over REFERENCE_COUNT objects kept alive at once. */
@@ -88,4 +90,4 @@ async function measure(request: HeapRequest): Promise<HeapReport> {
   }
 }
 
-answerCommands<HeapRequest, HeapReport>(measure);
+answerCommands<HeapProtocol>({ measure });
