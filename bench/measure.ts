@@ -111,7 +111,7 @@ export function cpuMeter(natsPid: number, clientsPid?: number): () => CpuUse {
 }
 
 export function describeCpu(use: CpuUse): string {
-  const clients = use.clientsMs ? `, ws clients ${fmt.int(use.clientsMs)} ms` : '';
+  const clients = use.clientsMs ? `, client process ${fmt.int(use.clientsMs)} ms` : '';
   return `cpu: node ${fmt.int(use.nodeMs)} ms, nats-server ${fmt.int(use.natsMs)} ms${clients}, other processes ${fmt.int(use.restMs)} ms`;
 }
 

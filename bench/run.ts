@@ -109,7 +109,7 @@ async function main(): Promise<void> {
       notes: [
         ...ctx.notes,
         `The Tether side and the raw baselines run in this one node process (the ws clients and the heap measurement in child processes), on ${machine.cores} cores shared with nats-server.`,
-        'Ratios: (a, a2) Tether events/s ÷ raw msgs/s (higher is better); the others Tether ÷ baseline (lower is better).',
+        'Ratios: (a, a1, a2) Tether events/s ÷ raw msgs/s and (a3) ÷ Socket.IO msgs/s, and the recovery rows (f1, f3, f4): higher is better; every other row is Tether ÷ baseline for a time or a size: lower is better. Each step notes its own rows.',
         'nats-server acknowledges before fsync (default sync interval), for both sides alike.',
       ],
       profiles,
