@@ -8,7 +8,7 @@ import {
   startServer,
   type ServerProcess,
 } from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+import { connectSynced, WsClient } from '../support/wsClient.ts';
 
 interface ActResult {
   seq: number;
@@ -27,12 +27,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
-async function connect(id: string, afterSeq?: number): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id, afterSeq));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
+const connect = (id: string, afterSeq?: number) => connectSynced(server.wsUrl, sockets, id, afterSeq);
 
 function post(id: string, body: unknown) {
   return http<ActResult>(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, body);

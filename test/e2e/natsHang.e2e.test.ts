@@ -1,14 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type { LoggedEvent } from '../../src/protocol/index.ts';
-import { contentCounts, describeLog, embeddedNatsPid, idProblem, untilQuiet } from '../support/faults.ts';
+import { contentCounts, deliveryProblem, embeddedNatsPid, idProblem, untilQuiet, type Connection } from '../support/faults.ts';
 import { createConversation, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
-
-/** A ws connection and the cursor it was opened with. */
-interface Connection {
-  ws: WsClient;
-  afterSeq: number;
-}
 
 const servers: ServerProcess[] = [];
 const sockets: WsClient[] = [];
@@ -20,24 +13,6 @@ afterEach(async () => {
 
 const isMessageEvent = (frame: Frame, content: string) =>
   frame.type === 'event' && frame.event.source === 'user' && frame.event.type === 'message' && frame.event.data.content === content;
-
-/** What a connection missed or got wrong compared with the log: it must have every event after its cursor, once, in order. */
-function deliveryProblem(connection: Connection, log: readonly LoggedEvent[], wholeLog: boolean): string | null {
-  const got = connection.ws.events();
-  if (got.length === 0 && !wholeLog) return null;
-  const through = wholeLog ? (log.at(-1)?.seq ?? 0) : got.at(-1)!.seq;
-  const expected = log.filter((e) => e.seq > connection.afterSeq && e.seq <= through);
-  const gotSeqs = got.map((f) => f.seq);
-  const expectedSeqs = expected.map((e) => e.seq);
-  if (gotSeqs.join() !== expectedSeqs.join()) {
-    const missing = expectedSeqs.filter((s) => !gotSeqs.includes(s));
-    const extra = gotSeqs.filter((s, i) => !expectedSeqs.includes(s) || gotSeqs.indexOf(s) !== i);
-    const detail = missing.map((s) => describeLog(log.filter((e) => e.seq === s))).join(' | ');
-    return `after_seq=${connection.afterSeq} through ${through}: missing seqs [${missing.join(', ')}] (${detail}), extra or repeated [${extra.join(', ')}]`;
-  }
-  const differing = got.filter((f, i) => JSON.stringify(f.event) !== JSON.stringify(expected[i]!.event));
-  return differing.length === 0 ? null : `frames differ from the log at seqs ${differing.map((f) => f.seq).join(', ')}`;
-}
 
 describe('a hung NATS server', () => {
   it('says not ready while nats-server hangs, and sends an open ws client the message it stored after its acknowledgement timed out', async (ctx) => {

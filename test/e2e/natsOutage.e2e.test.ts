@@ -3,6 +3,7 @@ import type { LoggedEvent } from '../../src/protocol/index.ts';
 import {
   answersTo,
   contentCounts,
+  deliveryProblem,
   describeLog,
   duplicatedContents,
   embeddedNatsPid,
@@ -12,6 +13,7 @@ import {
   unanswered,
   untilQuiet,
   userMessages,
+  type Connection,
 } from '../support/faults.ts';
 import { createConversation, eventually, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
@@ -53,12 +55,6 @@ interface Action {
   failedRetries: RetryAnswer[];
   /** A REST retry's 202: the seq of the stored message, and whether this retry stored it or an earlier attempt had. */
   restAck?: { seq: number; duplicate: boolean };
-}
-
-interface Connection {
-  ws: WsClient;
-  /** The cursor it was opened with. */
-  afterSeq: number;
 }
 
 const servers: ServerProcess[] = [];
@@ -207,24 +203,6 @@ function framedSeqs(chatter: Chatter): Map<string, number[]> {
     }
   }
   return seqs;
-}
-
-/** What a connection missed or got wrong compared with the log: it must have every event after its cursor, once, in order. */
-function deliveryProblem(connection: Connection, log: readonly LoggedEvent[], wholeLog: boolean): string | null {
-  const got = connection.ws.events();
-  if (got.length === 0 && !wholeLog) return null;
-  const through = wholeLog ? (log.at(-1)?.seq ?? 0) : got.at(-1)!.seq;
-  const expected = log.filter((e) => e.seq > connection.afterSeq && e.seq <= through);
-  const gotSeqs = got.map((f) => f.seq);
-  const expectedSeqs = expected.map((e) => e.seq);
-  if (gotSeqs.join() !== expectedSeqs.join()) {
-    const missing = expectedSeqs.filter((s) => !gotSeqs.includes(s));
-    const extra = gotSeqs.filter((s, i) => !expectedSeqs.includes(s) || gotSeqs.indexOf(s) !== i);
-    const detail = missing.map((s) => describeLog(log.filter((e) => e.seq === s))).join(' | ');
-    return `after_seq=${connection.afterSeq} through ${through}: missing seqs [${missing.join(', ')}] (${detail}), extra or repeated [${extra.join(', ')}]`;
-  }
-  const differing = got.filter((f, i) => JSON.stringify(f.event) !== JSON.stringify(expected[i]!.event));
-  return differing.length === 0 ? null : `frames differ from the log at seqs ${differing.map((f) => f.seq).join(', ')}`;
 }
 
 describe('a NATS outage under steady traffic', () => {

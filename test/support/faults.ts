@@ -2,6 +2,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import type { AgentState, LoggedEvent } from '../../src/protocol/index.ts';
 import { allEvents, http, type ServerExit, type ServerProcess } from './serverProcess.ts';
 import { repliesTo } from './logQueries.ts';
+import type { WsClient } from './wsClient.ts';
 
 /**
  * Helpers for fault tests: killing the processes, probing readiness, and
@@ -171,4 +172,32 @@ export async function inPool<T, R>(items: readonly T[], concurrency: number, wor
   };
   await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
   return results;
+}
+
+/** A ws connection and the cursor it was opened with. */
+export interface Connection {
+  ws: WsClient;
+  afterSeq: number;
+}
+
+/**
+ * What a connection missed or got wrong compared with the log: it must have every
+ * event after its cursor, once, in order (up to the end of the log with `wholeLog`,
+ * else up to the last event it got).
+ */
+export function deliveryProblem(connection: Connection, log: readonly LoggedEvent[], wholeLog: boolean): string | null {
+  const got = connection.ws.events();
+  if (got.length === 0 && !wholeLog) return null;
+  const through = wholeLog ? (log.at(-1)?.seq ?? 0) : got.at(-1)!.seq;
+  const expected = log.filter((e) => e.seq > connection.afterSeq && e.seq <= through);
+  const gotSeqs = got.map((f) => f.seq);
+  const expectedSeqs = expected.map((e) => e.seq);
+  if (gotSeqs.join() !== expectedSeqs.join()) {
+    const missing = expectedSeqs.filter((s) => !gotSeqs.includes(s));
+    const extra = gotSeqs.filter((s, i) => !expectedSeqs.includes(s) || gotSeqs.indexOf(s) !== i);
+    const detail = missing.map((s) => describeLog(log.filter((e) => e.seq === s))).join(' | ');
+    return `after_seq=${connection.afterSeq} through ${through}: missing seqs [${missing.join(', ')}] (${detail}), extra or repeated [${extra.join(', ')}]`;
+  }
+  const differing = got.filter((f, i) => JSON.stringify(f.event) !== JSON.stringify(expected[i]!.event));
+  return differing.length === 0 ? null : `frames differ from the log at seqs ${differing.map((f) => f.seq).join(', ')}`;
 }
