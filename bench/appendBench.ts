@@ -2,7 +2,6 @@
 // server (ws in, JetStream append, fold, ws out) against raw JetStream async
 // publishing of the same payloads to the same number of subjects. The ws
 // clients run in a process of their own (clientFleet.ts), as real clients do.
-import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { scriptedAgent } from '../src/agent/index.ts';
@@ -18,6 +17,7 @@ import {
   subjectFor,
   type NatsConnection,
 } from '../src/store/index.ts';
+import { benchAuthenticate, http, USER_PARAM } from './benchHttp.ts';
 import type { ClientFleet, ClientSpec, Frame, PacedTiming } from './clientFleet.ts';
 import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
 
@@ -66,21 +66,7 @@ interface EventsPage {
 }
 
 // One user per conversation, as in production: the per-user running limit stays at its default.
-const USER_HEADER = 'x-bench-user';
-const USER_PARAM = 'bench_user';
 const userOf = (i: number) => `u${i}`;
-const benchAuthenticate = async (req: IncomingMessage, url: URL): Promise<string> =>
-  url.searchParams.get(USER_PARAM) ?? (req.headers[USER_HEADER] as string | undefined) ?? 'local';
-
-async function http<T>(base: string, user: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${base}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: { [USER_HEADER]: user, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`${path}: HTTP ${res.status} ${await res.text()}`);
-  return (await res.json()) as T;
-}
 
 /**
  * Waits until a new conversation's start-up is fully stored (its last event is

@@ -6,7 +6,8 @@
 import { performance } from 'node:perf_hooks';
 import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
 import type { Frame, ResumeClients } from './resumeClients.ts';
-import { http, restEvents, USER_PARAM, type Item, type TetherHost } from './resumeTetherHost.ts';
+import { http, USER_PARAM } from './benchHttp.ts';
+import { restEvents, type Item, type TetherHost } from './resumeTetherHost.ts';
 
 /** Waits until the conversation is `running` with that state fact as its last stored event: nothing more comes by itself. */
 async function settledRunning(base: string, user: string, id: string, deadline: number): Promise<void> {

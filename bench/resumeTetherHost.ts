@@ -2,7 +2,6 @@
 // event log, KV stores, in-memory runtime, scripted agent) but in the bench's
 // process, stopped and started again on the same port and store for the
 // restart case; and the REST calls the bench makes to it.
-import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
@@ -10,6 +9,7 @@ import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
 import { tetherServer } from '../src/server/index.ts';
 import { SessionManager } from '../src/session/index.ts';
 import { connectNats, jetStreamEventLog, kvConversationStore, kvSnapshotStore } from '../src/store/index.ts';
+import { benchAuthenticate, http } from './benchHttp.ts';
 
 /** Where one bench's Tether keeps its events: fresh names per run of the bench. */
 export interface TetherStoreNames {
@@ -28,11 +28,6 @@ export interface TetherInstance {
   stop(): Promise<void>;
 }
 
-const USER_HEADER = 'x-bench-user';
-/** The query parameter naming the caller on the WebSocket (each run is its own user). */
-export const USER_PARAM = 'bench_user';
-const benchAuthenticate = async (req: IncomingMessage, url: URL): Promise<string> =>
-  url.searchParams.get(USER_PARAM) ?? (req.headers[USER_HEADER] as string | undefined) ?? 'local';
 
 /** Starts a Tether server on `port` (0: any free one) over the named stream and buckets. */
 async function startTether(natsUrl: string, names: TetherStoreNames, port = 0): Promise<TetherInstance> {
@@ -105,16 +100,6 @@ export class TetherHost {
 export interface Item {
   seq: number;
   event: unknown;
-}
-
-export async function http<T>(base: string, user: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${base}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: { [USER_HEADER]: user, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`${path}: HTTP ${res.status} ${await res.text()}`);
-  return (await res.json()) as T;
 }
 
 /** Every stored event of the conversation after `afterSeq`, through REST. */
