@@ -143,7 +143,10 @@ export const sessionMachine = setup({
     // a retry). A step retried after the session came back keeps its cause.
     // Two live steps never share one, so a late answer to an old step is refused.
     beginStep: assign({
-      iterations: ({ context }) => context.iterations + 1,
+      // A step the session left memory in the middle of is the same step when it
+      // comes back: asked again, not counted again (as after a crash).
+      iterations: ({ context, event }) =>
+        event.type === 'session.rehydrate' && context.stepCause !== null ? context.iterations : context.iterations + 1,
       unreadMessage: false,
       stepCause: ({ context, event }) => {
         if (context.unreadMessage && context.lastMessageId !== null) return context.lastMessageId;

@@ -232,14 +232,15 @@ describe('session machine: the rest of the lifecycle', () => {
     expect(executing.can({ type: 'session.passivate', eventId: 4, reason: 'idle' })).toBe(false);
   });
 
-  it('comes back running into a new step when it was passivated while thinking', () => {
+  it('comes back running and asks again for the step it was passivated in, without counting it again', () => {
     const away = run([{ type: 'session.passivate', eventId: 3, reason: 'too_many_running' }], thinking());
     expect(agentStateOf(away)).toBe('running');
     const [back, actions] = transition(sessionMachine, away, { type: 'session.rehydrate', eventId: 4 });
     expect(back.value).toEqual({ active: { running: 'thinking' } });
     expect(actionTypes(actions)).toContain('askAgent');
-    // The retried step still answers the message it was asked about.
+    // The retried step still answers the message it was asked about, and is the same iteration.
     expect(back.context.stepCause).toBe(2);
+    expect(back.context.iterations).toBe(away.context.iterations);
   });
 
   it('cannot be passivated while starting, and closes for good from anywhere', () => {
