@@ -28,7 +28,8 @@ let server: ServerProcess;
 const sockets: WsClient[] = [];
 
 beforeAll(async () => {
-  server = await startServer({ env: { TETHER_OUTPUT_CAP_BYTES: String(OUTPUT_BYTES + 10_000) } });
+  // A paused client cannot answer pings: no heartbeat drop during the test, only the 1013.
+  server = await startServer({ env: { TETHER_OUTPUT_CAP_BYTES: String(OUTPUT_BYTES + 10_000), TETHER_WS_PING_MS: '600000' } });
 }, 60_000);
 
 afterAll(async () => {
