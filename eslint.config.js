@@ -1,0 +1,49 @@
+// Lint for the whole repository: typescript-eslint with type information, and the
+// import boundaries of the architecture (docs: ../shared/STYLE.md, "Layout").
+import js from '@eslint/js';
+import globals from 'globals';
+import tseslint from 'typescript-eslint';
+
+/** What pure code (statecharts, wire schemas) must not import: it runs in browsers too. */
+const IMPURE = [
+  { group: ['node:*'], message: 'machines/ and src/protocol/ run in browsers too: no Node built-ins.' },
+  { group: ['ws'], message: 'Only src/server/ speaks WebSocket.' },
+  { group: ['@nats-io/*'], message: 'Only src/store/ talks to NATS.' },
+];
+/** Node built-ins named without the `node:` prefix. */
+const BARE_BUILTINS = ['fs', 'fs/promises', 'child_process', 'net', 'http', 'os', 'path', 'crypto', 'stream'];
+
+export default tseslint.config(
+  { ignores: ['dist/', 'node_modules/', 'coverage/', '.tether/', '.scratch/'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/consistent-type-imports': 'error',
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['@nats-io/*'], message: 'Only src/store/ talks to NATS (ports at the core).' }] },
+      ],
+    },
+  },
+  {
+    files: ['machines/**', 'src/protocol/**'],
+    rules: {
+      'no-restricted-imports': ['error', { paths: BARE_BUILTINS.map((name) => ({ name })), patterns: IMPURE }],
+    },
+  },
+  {
+    // The store's adapters, and tests and benches that stand up raw NATS baselines.
+    files: ['src/store/**', 'test/**', 'bench/**'],
+    rules: { 'no-restricted-imports': 'off' },
+  },
+  {
+    files: ['**/*.js'],
+    extends: [tseslint.configs.disableTypeChecked],
+    languageOptions: { globals: globals.node },
+  },
+);
