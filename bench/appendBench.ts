@@ -77,7 +77,11 @@ async function settledSeq(base: string, user: string, id: string, deadline: numb
   for (;;) {
     const info = await http<{ state: string; last_seq: number }>(base, user, `/api/conversations/${id}`);
     if (info.state === 'awaiting_user_input') {
-      const last = await http<EventsPage>(base, user, `/api/conversations/${id}/events?after_seq=${info.last_seq - 1}&limit=1`);
+      const last = await http<EventsPage>(
+        base,
+        user,
+        `/api/conversations/${id}/events?after_seq=${info.last_seq - 1}&limit=1`,
+      );
       const event = last.items[0]?.event as { type?: string; data?: { state?: string } } | undefined;
       if (event?.type === 'agent_state_changed' && event.data?.state === 'awaiting_user_input') return info.last_seq;
     }
@@ -106,7 +110,8 @@ function verify(id: string, stored: EventsPage['items'], got: readonly Frame[]):
   stored.forEach((item, i) => {
     const [seq, eventJson] = got[i]!;
     if (seq !== item.seq) throw new Error(`conversation ${id}: frame ${i} has seq ${seq}, the log has ${item.seq}`);
-    if (eventJson !== JSON.stringify(item.event)) throw new Error(`conversation ${id}: event at seq ${item.seq} differs from the log`);
+    if (eventJson !== JSON.stringify(item.event))
+      throw new Error(`conversation ${id}: event at seq ${item.seq} differs from the log`);
   });
 }
 
@@ -143,12 +148,22 @@ export async function tetherAppendRun(
   const base = `http://127.0.0.1:${address.port}`;
   try {
     const deadline = performance.now() + plan.timeoutMs;
-    const ids = await within(plan.timeoutMs, 'creating conversations', Promise.all(
-      Array.from({ length: plan.conversations }, (_, i) =>
-        http<{ conversation_id: string }>(base, userOf(i), '/api/conversations', { max_iterations: 10_000 }).then((r) => r.conversation_id),
+    const ids = await within(
+      plan.timeoutMs,
+      'creating conversations',
+      Promise.all(
+        Array.from({ length: plan.conversations }, (_, i) =>
+          http<{ conversation_id: string }>(base, userOf(i), '/api/conversations', { max_iterations: 10_000 }).then(
+            (r) => r.conversation_id,
+          ),
+        ),
       ),
-    ));
-    const cursors = await within(plan.timeoutMs, 'conversation start-up', Promise.all(ids.map((id, i) => settledSeq(base, userOf(i), id, deadline))));
+    );
+    const cursors = await within(
+      plan.timeoutMs,
+      'conversation start-up',
+      Promise.all(ids.map((id, i) => settledSeq(base, userOf(i), id, deadline))),
+    );
     const specs: ClientSpec[] = ids.flatMap((conversationId, i) =>
       Array.from({ length: plan.clientsPerConversation }, (_, k) => ({
         auth: `${USER_PARAM}=${userOf(i)}`,
@@ -167,7 +182,11 @@ export async function tetherAppendRun(
 
     const payloads: string[][] = [];
     let events = 0;
-    const logs = await within(plan.timeoutMs, 'reading the logs', Promise.all(ids.map((id, i) => restEvents(base, userOf(i), id, cursors[i]!))));
+    const logs = await within(
+      plan.timeoutMs,
+      'reading the logs',
+      Promise.all(ids.map((id, i) => restEvents(base, userOf(i), id, cursors[i]!))),
+    );
     for (const [i, id] of ids.entries()) {
       const stored = logs[i]!;
       for (const [k, spec] of specs.entries()) if (spec.conversationId === id) verify(id, stored, received[k]!);
@@ -196,7 +215,8 @@ export async function tetherAppendRun(
 }
 
 async function timedPhase(fleet: ClientFleet, plan: AppendPlan): Promise<{ ms: number; paced?: PacedTiming }> {
-  if (plan.pacedPerSecond === undefined) return { ms: await fleet.run(plan.messagesPerConversation, plan.window, !plan.userActionsOnly) };
+  if (plan.pacedPerSecond === undefined)
+    return { ms: await fleet.run(plan.messagesPerConversation, plan.window, !plan.userActionsOnly) };
   if (!plan.userActionsOnly) throw new Error('a paced run sends user actions only');
   const paced = await fleet.paced(plan.messagesPerConversation, plan.pacedPerSecond);
   return { ms: paced.ms, paced };
@@ -215,7 +235,13 @@ export interface RawPublishRun {
  * subject per conversation of a fresh stream with the event stream's settings,
  * then every ack awaited. Conversations are interleaved as they are in the run.
  */
-export async function rawPublishRun(nc: NatsConnection, natsPid: number, payloads: string[][], tag: string, timeoutMs: number): Promise<RawPublishRun> {
+export async function rawPublishRun(
+  nc: NatsConnection,
+  natsPid: number,
+  payloads: string[][],
+  tag: string,
+  timeoutMs: number,
+): Promise<RawPublishRun> {
   const stream = `BENCH_RAW_${tag}`;
   const prefix = `bench.raw${tag}`;
   const jsm = await jetstreamManager(nc);
@@ -237,7 +263,8 @@ export async function rawPublishRun(nc: NatsConnection, natsPid: number, payload
     const ms = performance.now() - t0;
     const used = cpu();
     const info = await jsm.streams.info(stream);
-    if (info.state.messages !== acks.length) throw new Error(`raw stream holds ${info.state.messages} messages, ${acks.length} were published`);
+    if (info.state.messages !== acks.length)
+      throw new Error(`raw stream holds ${info.state.messages} messages, ${acks.length} were published`);
     const perSecond = (acks.length / ms) * 1000;
     return {
       events: acks.length,

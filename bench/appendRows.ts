@@ -28,7 +28,11 @@ function plans(ctx: BenchContext): { single: Plan; fanOut: FanOutPlan; latency: 
     single: { ...base, clientsPerConversation: 1, reps: ctx.quick ? { warmups: 1, runs: 2 } : { warmups: 1, runs: 5 } },
     // (a) runs first in the whole bench, on cold code: V8 compiles the server's hot paths over the first
     // runs (CPU per stored event fell from about 65 to 41 µs over four runs in a row), so three warm-ups.
-    actions: { ...userActions, clientsPerConversation: 1, reps: ctx.quick ? { warmups: 1, runs: 2 } : { warmups: 3, runs: 5 } },
+    actions: {
+      ...userActions,
+      clientsPerConversation: 1,
+      reps: ctx.quick ? { warmups: 1, runs: 2 } : { warmups: 3, runs: 5 },
+    },
     // The warm-up also warms the Socket.IO server and clients, which nothing before them runs.
     fanOut: { ...fanOut, reps: ctx.quick ? { warmups: 1, runs: 1 } : { warmups: 1, runs: 3 } },
     latency: { ...fanOut, reps: ctx.quick ? { warmups: 0, runs: 1 } : { warmups: 0, runs: 3 } },
@@ -52,12 +56,21 @@ async function pairedRuns(ctx: BenchContext, fleet: ClientFleet, plan: Plan, lab
       const tag = `${ctx.runId}_${label.replace(/\W+/g, '')}${i}`;
       const tether = await tetherAppendRun(ctx.nc, ctx.natsPid, fleet, plan, tag);
       const raw = await rawPublishRun(ctx.rawNc, ctx.natsPid, tether.payloads, tag, ctx.stepTimeoutMs);
-      return { tether, raw, ratio: tether.perSecond / raw.perSecond, summary: `Tether ${tether.summary}; raw ${raw.summary}` };
+      return {
+        tether,
+        raw,
+        ratio: tether.perSecond / raw.perSecond,
+        summary: `Tether ${tether.summary}; raw ${raw.summary}`,
+      };
     },
     busy,
   );
   ctx.notes.push(noiseNote(label, kept.length, discarded.length, kept.filter(busy).length));
-  kept.forEach((r, i) => ctx.runs.push(`${label} run ${i + 1}: Tether ${r.tether.summary}; raw publish ${r.raw.summary}; ratio ${fmt.ratio(r.ratio)}`));
+  kept.forEach((r, i) =>
+    ctx.runs.push(
+      `${label} run ${i + 1}: Tether ${r.tether.summary}; raw publish ${r.raw.summary}; ratio ${fmt.ratio(r.ratio)}`,
+    ),
+  );
   return kept;
 }
 
@@ -124,7 +137,8 @@ export async function measureAppend(ctx: BenchContext, forceProfile: boolean): P
     const profiles: ProfileSection[] = [];
     if (forceProfile || ratio < APPEND_TARGET || userRatio < APPEND_TARGET) {
       // The row with the target, (a), when it missed; else whole turns (a1).
-      const [plan, kind] = forceProfile || userRatio < APPEND_TARGET ? [actions, 'user actions (a)'] : [single, 'whole turns (a1)'];
+      const [plan, kind] =
+        forceProfile || userRatio < APPEND_TARGET ? [actions, 'user actions (a)'] : [single, 'whole turns (a1)'];
       profiles.push(
         await profileSection(
           ctx.runId,
@@ -137,7 +151,9 @@ export async function measureAppend(ctx: BenchContext, forceProfile: boolean): P
     }
     profiles.push(...deliver.profiles);
     ctx.settings.push(...settings(single, actions, fanOut, latency));
-    ctx.notes.push('Ratios of (a3): Tether events/s ÷ Socket.IO msgs/s (higher is better); (a4, a5): Tether ms ÷ Socket.IO ms, each at half its own peak rate (lower is better).');
+    ctx.notes.push(
+      'Ratios of (a3): Tether events/s ÷ Socket.IO msgs/s (higher is better); (a4, a5): Tether ms ÷ Socket.IO ms, each at half its own peak rate (lower is better).',
+    );
     return { rows, profiles };
   } finally {
     fleet.stop();
@@ -149,8 +165,8 @@ function settings(single: Plan, actions: Plan, fanOut: FanOutPlan, latency: FanO
   return [
     `Append (a), user actions: as (a1) below, but the scripted agent thinks for 10 minutes after the first message, so each further user message is stored and delivered back as exactly one event and nothing else is produced (the session is \`running\`, a message there is accepted and stored as unread); ${actions.messagesPerConversation} messages per client with at most ${actions.window} in flight; a client is done when all its messages are back as event frames. Frames are checked against REST as below. ${reps(actions)}.`,
     `Append (a1), whole turns: ${single.conversations} users with one conversation and one ws client each (default session limits), ${single.messagesPerConversation} user messages per client with at most ${single.window} in flight (a message is in flight until it comes back as a stored \`message\` event); scripted agent, in-memory runtime, JetStream event log, KV conversation and snapshot stores, silent logger; ${reps(single)}; a run during which other processes used over 20% of a core is run again (at most ${single.reps.runs} times; the same for every row).`,
-    'Append clients: every client (Tether\'s ws clients and the Socket.IO baseline\'s) runs in one separate node process (`bench/clientProcess.ts`, started once per bench with `node --import tsx`), as real clients are other programs; the bench drives it over IPC. The server\'s process runs only the server under test (Tether: HTTP, ws, sessions, its NATS client; or the Socket.IO server). CPU is counted per process: the server\'s, nats-server\'s and the clients\' (from /proc).',
-    'Append timing: from the first message sent to the last client having every event its messages caused (for (a1): all its messages back and the agent out of `running` after the last one), as the client process measures it; conversation creation, start-up and connecting are not timed. Every client checks that each user message it receives is its conversation\'s next one (by content). Afterwards every client\'s event frames (seq and event JSON, shipped back over IPC) are checked against the REST events list (same seqs, same order, same JSON, none missing or extra). A run that fails a check fails the bench.',
+    "Append clients: every client (Tether's ws clients and the Socket.IO baseline's) runs in one separate node process (`bench/clientProcess.ts`, started once per bench with `node --import tsx`), as real clients are other programs; the bench drives it over IPC. The server's process runs only the server under test (Tether: HTTP, ws, sessions, its NATS client; or the Socket.IO server). CPU is counted per process: the server's, nats-server's and the clients' (from /proc).",
+    "Append timing: from the first message sent to the last client having every event its messages caused (for (a1): all its messages back and the agent out of `running` after the last one), as the client process measures it; conversation creation, start-up and connecting are not timed. Every client checks that each user message it receives is its conversation's next one (by content). Afterwards every client's event frames (seq and event JSON, shipped back over IPC) are checked against the REST events list (same seqs, same order, same JSON, none missing or extra). A run that fails a check fails the bench.",
     `Append and deliver (a2): as (a), with ${fanOut.clientsPerConversation} ws clients per conversation on the same cursor: the first sends ${fanOut.messagesPerConversation} user actions with at most ${fanOut.window} in flight, all ${fanOut.clientsPerConversation} receive every stored event (the sender its own back); a run ends when every client has the sender's last event. Each repetition runs Tether, raw publish (the same payloads) and Socket.IO (a3, the same payloads) back to back; ${reps(fanOut)}.`,
     `Socket.IO baseline (a3): a socket.io 4.8 server on node's http in the bench's process, \`connectionStateRecovery\` on (\`maxDisconnectionDuration\` 2 min: its in-memory adapter keeps every broadcast with an offset for replay), WebSocket transport only, no compression; one room per conversation, joined on connect; \`socket.on('event', (p) => io.to(room).emit('event', p))\`, so the room's every client gets each message, the sender included; no storage, no acks. Its clients: socket.io-client 4.8 in the client process, one WebSocket each (\`forceNew\`), ${fanOut.clientsPerConversation} per room; the first emits the room's payloads, the stored events of the Tether run just before (same count, same JSON, emitted as the parsed objects an application would emit), at most ${fanOut.window} not yet back to it; a run ends when every client has every payload. Afterwards every client's messages are compared with the payloads (same count, order and JSON).`,
     `Latency (a4, a5): each side's peak is its median rate in (a2)/(a3); then a fresh run of each side paced at half its own peak: open loop from the client process, message k of conversation c due at (k × ${latency.conversations} + c) / rate and sent when due whatever has come back (timers, ~1 ms steps); each message's latency is from when it was due to when the last of its conversation's ${latency.clientsPerConversation} clients has it, with one clock (performance.now() in the client process, which sends and receives). Tether sends ${latency.messagesPerConversation} user actions per conversation (the one state fact the first one causes is delivered but not timed); Socket.IO sends that run's ${latency.messagesPerConversation + 1} stored events per room. p50 and p99 by nearest rank over every message of a run; ${reps(latency)}. Checked as in (a2) and (a3).`,

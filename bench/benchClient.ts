@@ -55,7 +55,13 @@ export class BenchClient implements PacedMember {
   }
 
   /** Opens `/ws` after the given cursor (`auth`: extra query, who is calling) and resolves once the `sync` frame arrived. */
-  static connect(baseWsUrl: string, auth: string, conversationId: string, afterSeq: number, index: number): Promise<BenchClient> {
+  static connect(
+    baseWsUrl: string,
+    auth: string,
+    conversationId: string,
+    afterSeq: number,
+    index: number,
+  ): Promise<BenchClient> {
     const url = `${baseWsUrl}/ws?${auth}&conversation_id=${conversationId}&after_seq=${afterSeq}`;
     const socket = new WebSocket(url, { perMessageDeflate: false });
     const client = new BenchClient(socket, index);
@@ -105,7 +111,9 @@ export class BenchClient implements PacedMember {
 
   /** Sends the conversation's k-th user message now, whatever is in flight (paced runs). */
   sendMessage(k: number): void {
-    this.#socket.send(JSON.stringify({ type: 'user_action', action: { type: 'message', content: messageText(this.#index, k) } }));
+    this.#socket.send(
+      JSON.stringify({ type: 'user_action', action: { type: 'message', content: messageText(this.#index, k) } }),
+    );
   }
 
   close(): void {
@@ -128,7 +136,8 @@ export class BenchClient implements PacedMember {
     this.received.push({ seq, type: event.type, source: event.source, state, eventJson });
     if (event.type === 'message' && event.source === 'user') {
       const k = this.#echoed++;
-      if (event.data?.content !== messageText(this.#index, k)) return this.#fail(new Error(`user message ${k} of client ${this.#index} came back as ${eventJson}`));
+      if (event.data?.content !== messageText(this.#index, k))
+        return this.#fail(new Error(`user message ${k} of client ${this.#index} came back as ${eventJson}`));
       this.#lastUserSeq = seq;
       this.onArrival?.(k);
       this.#topUp();

@@ -23,15 +23,30 @@ export const APPEND_BUCKETS: Bucket[] = [
   },
   {
     label:
-      'xstate: the throw-away actor that every pure `transition()` call builds (createInertActorScope), in Session.#apply; the machine\'s `context` factory throws a TypeError there (no input), and its stack trace is most of the cost',
+      "xstate: the throw-away actor that every pure `transition()` call builds (createInertActorScope), in Session.#apply; the machine's `context` factory throws a TypeError there (no input), and its stack trace is most of the cost",
     test: onStack('createInertActorScope', 'xstate'),
   },
-  { label: 'xstate: the rest of the pure `transition()` in Session.#apply', test: onStack('transition', 'xstate/dist/xstate') },
-  { label: 'xstate: `actor.send`, `snapshot.can` and the machine\'s own functions', test: (s) => inFile('/xstate/')(s) || inFile('/machines/')(s) },
-  { label: 'JetStream append, rest (JSON.stringify, headers, nats.js request)', test: onStack('append', 'src/store/jetStreamEventLog') },
-  { label: 'ws fan-out of stored events to clients (server side: frame text, ws.send)', test: onStack('publishEvent', 'src/session/conversationFeed') },
+  {
+    label: 'xstate: the rest of the pure `transition()` in Session.#apply',
+    test: onStack('transition', 'xstate/dist/xstate'),
+  },
+  {
+    label: "xstate: `actor.send`, `snapshot.can` and the machine's own functions",
+    test: (s) => inFile('/xstate/')(s) || inFile('/machines/')(s),
+  },
+  {
+    label: 'JetStream append, rest (JSON.stringify, headers, nats.js request)',
+    test: onStack('append', 'src/store/jetStreamEventLog'),
+  },
+  {
+    label: 'ws fan-out of stored events to clients (server side: frame text, ws.send)',
+    test: onStack('publishEvent', 'src/session/conversationFeed'),
+  },
   { label: 'bench harness (the ws clients run in their own process)', test: inFile('/bench/') },
-  { label: 'nats.js receive path (parsing acks)', test: (s) => inFile('nats-core/lib/parser')(s) || inFile('nats-core/lib/protocol')(s) },
+  {
+    label: 'nats.js receive path (parsing acks)',
+    test: (s) => inFile('nats-core/lib/parser')(s) || inFile('nats-core/lib/protocol')(s),
+  },
   { label: 'ws library (server end: framing, receive, writev)', test: inFile('/ws/lib/') },
   { label: 'Tether server and session code, rest', test: inFile('/src/') },
   ...COMMON_TAIL,
@@ -41,13 +56,19 @@ export const READ_BUCKETS: Bucket[] = [
   { label: 'toLoggedEvent: decode + JSON.parse of each event', test: onStack('toLoggedEvent') },
   { label: 'nats.js: JsMsg info parsing (reply subject)', test: onStack('parseInfo', 'jetstream') },
   { label: 'nats.js receive path (parser, iterators)', test: inFile('nats-core') },
-  { label: 'nats.js JetStream consumer (fetch, heartbeats, consumer create/info/delete)', test: inFile('@nats-io/jetstream') },
+  {
+    label: 'nats.js JetStream consumer (fetch, heartbeats, consumer create/info/delete)',
+    test: inFile('@nats-io/jetstream'),
+  },
   { label: 'socket reads and writes', test: (s) => leaf('writeBuffer')(s) || inFile('node:net')(s) },
   ...COMMON_TAIL,
 ];
 
 export const REHYDRATE_BUCKETS: Bucket[] = [
-  { label: 'fold: xstate (the machine\'s `transition` per event, inside foldEvents)', test: (s) => onStack('foldEvents')(s) && (inFile('/xstate/')(s) || inFile('/machines/sessionMachine')(s)) },
+  {
+    label: "fold: xstate (the machine's `transition` per event, inside foldEvents)",
+    test: (s) => onStack('foldEvents')(s) && (inFile('/xstate/')(s) || inFile('/machines/sessionMachine')(s)),
+  },
   { label: 'fold: the rest of foldEvents (toSessionEvent, the loop)', test: onStack('foldEvents') },
   ...READ_BUCKETS.filter((b) => !COMMON_TAIL.includes(b)),
   { label: 'loadSessionState, rest (history copy, last state fact)', test: onStack('loadSessionState') },

@@ -71,17 +71,26 @@ function groupBy<T>(items: readonly T[], key: (item: T) => string): T[][] {
 }
 
 async function connectTether(wsBase: string, specs: ClientSpec[]): Promise<Fleet> {
-  const clients = await Promise.all(specs.map((c) => BenchClient.connect(wsBase, c.auth, c.conversationId, c.afterSeq, c.index)));
+  const clients = await Promise.all(
+    specs.map((c) => BenchClient.connect(wsBase, c.auth, c.conversationId, c.afterSeq, c.index)),
+  );
   // The sender first in each group.
   const order = specs.map((_, i) => i).sort((a, b) => Number(specs[b]!.sends) - Number(specs[a]!.sends));
   const groups = groupBy(order, (i) => specs[i]!.conversationId);
-  if (groups.some((g) => g.filter((i) => specs[i]!.sends).length !== 1)) throw new Error('every conversation needs exactly one sender');
+  if (groups.some((g) => g.filter((i) => specs[i]!.sends).length !== 1))
+    throw new Error('every conversation needs exactly one sender');
   return { kind: 'tether', clients, groups: groups.map((g) => g.map((i) => clients[i]!)) };
 }
 
 async function connectSocketIo(url: string, rooms: RoomSpec[]): Promise<Fleet> {
   const groups = await Promise.all(
-    rooms.map((r) => Promise.all(Array.from({ length: r.clients }, (_, k) => SocketIoBenchClient.connect(url, r.room, k === 0 ? r.payloads : [])))),
+    rooms.map((r) =>
+      Promise.all(
+        Array.from({ length: r.clients }, (_, k) =>
+          SocketIoBenchClient.connect(url, r.room, k === 0 ? r.payloads : []),
+        ),
+      ),
+    ),
   );
   return { kind: 'socketio', clients: groups.flat(), groups };
 }
@@ -119,7 +128,10 @@ async function handle(command: FleetCommand): Promise<FleetReply> {
     case 'run':
       return { type: 'done', ms: await run(connected(), command) };
     case 'paced': {
-      const groups: PacedGroup[] = (connected().groups as PacedMember[][]).map((members) => ({ sender: members[0]!, members }));
+      const groups: PacedGroup[] = (connected().groups as PacedMember[][]).map((members) => ({
+        sender: members[0]!,
+        members,
+      }));
       return { type: 'paced', ...(await pacedRun(groups, command.messages, command.perSecond)) };
     }
     case 'frames': {
@@ -142,7 +154,11 @@ process.on('message', (command: FleetCommand) => {
   queue = queue.then(() =>
     handle(command).then(
       (reply) => process.send?.(reply),
-      (err: unknown) => process.send?.({ type: 'failed', error: err instanceof Error ? (err.stack ?? err.message) : String(err) } satisfies FleetReply),
+      (err: unknown) =>
+        process.send?.({
+          type: 'failed',
+          error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+        } satisfies FleetReply),
     ),
   );
 });

@@ -79,7 +79,16 @@ export async function coldStartFixture(nc: NatsConnection, tag: string, timeoutM
     });
     server = tetherServer({ manager, logger: silentLogger, maxFrameBytes: 1 << 20, maxBodyBytes: 1 << 20 });
     const address = await server.listen(0, '127.0.0.1');
-    return { manager, dataDir, baseUrl: `http://127.0.0.1:${address.port}`, wsUrl: `ws://127.0.0.1:${address.port}`, runtimes, timeoutMs, ids, drop };
+    return {
+      manager,
+      dataDir,
+      baseUrl: `http://127.0.0.1:${address.port}`,
+      wsUrl: `ws://127.0.0.1:${address.port}`,
+      runtimes,
+      timeoutMs,
+      ids,
+      drop,
+    };
   } catch (err) {
     await drop();
     throw err;
@@ -101,7 +110,8 @@ function label(event: LoggedEvent['event']): string {
   return `${event.type}${data.status ? `:${data.status}` : data.state ? `:${data.state}` : ''}`;
 }
 
-const isIdle = (event: LoggedEvent['event']) => event.type === 'agent_state_changed' && event.data.state === 'awaiting_user_input';
+const isIdle = (event: LoggedEvent['event']) =>
+  event.type === 'agent_state_changed' && event.data.state === 'awaiting_user_input';
 
 /**
  * One cold start through the manager: subscribed to the new id first, then
@@ -159,7 +169,11 @@ export async function closeColdStart(fx: ColdStartFixture, conversationId: strin
 export async function httpColdStart(fx: ColdStartFixture): Promise<ColdStart> {
   fx.ids.next = randomUUID().replaceAll('-', '');
   const t0 = performance.now();
-  const res = await fetch(`${fx.baseUrl}/api/conversations`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+  const res = await fetch(`${fx.baseUrl}/api/conversations`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: '{}',
+  });
   if (res.status !== 201) throw new Error(`POST /api/conversations: HTTP ${res.status} ${await res.text()}`);
   const { conversation_id: id } = (await res.json()) as { conversation_id: string };
   const createdMs = performance.now() - t0;

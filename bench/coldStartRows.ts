@@ -2,7 +2,15 @@
 // runtime, through the manager and through HTTP + ws, against a bare bash.
 import { readFileSync } from 'node:fs';
 import type { BenchContext, Measured } from './benchContext.ts';
-import { bareBash, closeColdStart, coldStartFixture, httpColdStart, managerColdStart, type ColdStart, type ColdStartFixture } from './coldStartBench.ts';
+import {
+  bareBash,
+  closeColdStart,
+  coldStartFixture,
+  httpColdStart,
+  managerColdStart,
+  type ColdStart,
+  type ColdStartFixture,
+} from './coldStartBench.ts';
 import { busyMachine, cpuMeter, fmt, median, progress } from './measure.ts';
 import { onStack, profileSection, type Bucket } from './profile.ts';
 import { orders } from './rehydrateRows.ts';
@@ -16,7 +24,8 @@ const PHASES: Record<string, string> = {
   conversation_created: 'the create call → `conversation_created` stored',
   'runtime_status:starting': '→ `runtime_status starting` stored',
   'runtime_status:connecting': '→ `runtime_status connecting` stored',
-  'runtime_status:setting_up': '→ `runtime.start()` (workspace mkdir, bash spawned, its prelude and first answer), then `setting_up` stored',
+  'runtime_status:setting_up':
+    '→ `runtime.start()` (workspace mkdir, bash spawned, its prelude and first answer), then `setting_up` stored',
   'runtime_status:connected': '→ the workspace set-up check, then `connected` stored',
   'agent_state_changed:awaiting_user_input': '→ the `awaiting_user_input` state fact stored',
 };
@@ -27,9 +36,15 @@ const leaf = (name: string) => (stack: readonly { functionName: string }[]) => s
 const COLD_START_BUCKETS: Bucket[] = [
   { label: 'spawning bash (node:child_process, fork/exec)', test: inFile('child_process') },
   { label: 'JetStream appends (src/store/jetStreamEventLog)', test: onStack('append', 'src/store/jetStreamEventLog') },
-  { label: 'KV puts and gets (conversation record, snapshots)', test: (s) => inFile('@nats-io/kv')(s) || inFile('src/store/kv')(s) },
+  {
+    label: 'KV puts and gets (conversation record, snapshots)',
+    test: (s) => inFile('@nats-io/kv')(s) || inFile('src/store/kv')(s),
+  },
   { label: 'xstate and the session machine', test: (s) => inFile('/xstate/')(s) || inFile('/machines/')(s) },
-  { label: 'nats.js receive path and requests', test: (s) => inFile('nats-core')(s) || inFile('@nats-io/jetstream')(s) },
+  {
+    label: 'nats.js receive path and requests',
+    test: (s) => inFile('nats-core')(s) || inFile('@nats-io/jetstream')(s),
+  },
   { label: 'local runtime (spawn options, prelude, output capture)', test: inFile('src/runtime/') },
   { label: 'Tether session code, rest', test: inFile('/src/') },
   { label: 'bench harness (subscription, timing)', test: inFile('/bench/') },
@@ -90,7 +105,10 @@ async function sample(fx: ColdStartFixture, ctx: BenchContext, warmups: number, 
     out.manager.push(round.manager!);
     out.http.push(round.http!);
     if (busy) out.busy++;
-    if ((i - warmups + 1) % 25 === 0) progress(`cold start: ${i - warmups + 1}/${rounds} rounds; so far manager ${describe(out.manager.map((s) => s.ms))}, HTTP ${describe(out.http.map((s) => s.ms))}, bare bash ${describe(out.bash)}`);
+    if ((i - warmups + 1) % 25 === 0)
+      progress(
+        `cold start: ${i - warmups + 1}/${rounds} rounds; so far manager ${describe(out.manager.map((s) => s.ms))}, HTTP ${describe(out.http.map((s) => s.ms))}, bare bash ${describe(out.bash)}`,
+      );
   }
   return out;
 }
@@ -101,18 +119,23 @@ function phases(starts: readonly ColdStart[]): { lines: string[]; slowest: strin
   const odd = starts.filter((s) => s.marks.map(([l]) => l).join() !== labels.join()).length;
   const steps = labels.map((label, k) => ({
     label,
-    ms: median(starts.filter((s) => s.marks[k]?.[0] === label).map((s) => s.marks[k]![1] - (k === 0 ? 0 : s.marks[k - 1]![1]))),
+    ms: median(
+      starts.filter((s) => s.marks[k]?.[0] === label).map((s) => s.marks[k]![1] - (k === 0 ? 0 : s.marks[k - 1]![1])),
+    ),
   }));
   const slowest = [...steps].sort((a, b) => b.ms - a.ms)[0]!;
   const lines = steps.map((s) => `${PHASES[s.label] ?? `→ \`${s.label}\` stored`} ${fmt.ms(s.ms)} ms`);
-  if (odd) lines.push(`(${odd} start(s) stored their events in another order and are left out of the steps they differ in)`);
+  if (odd)
+    lines.push(`(${odd} start(s) stored their events in another order and are left out of the steps they differ in)`);
   return { lines, slowest: `${PHASES[slowest.label] ?? slowest.label} (${fmt.ms(slowest.ms)} ms)` };
 }
 
 export async function measureColdStart(ctx: BenchContext, forceProfile: boolean): Promise<Measured> {
   const rounds = ctx.quick ? 50 : 200;
   const warmups = ctx.quick ? 3 : 5;
-  progress(`cold start: ${warmups} warm-up + ${rounds} rounds of bare bash, manager and HTTP + ws cold starts (local runtimes)`);
+  progress(
+    `cold start: ${warmups} warm-up + ${rounds} rounds of bare bash, manager and HTTP + ws cold starts (local runtimes)`,
+  );
   const fx = await coldStartFixture(ctx.nc, ctx.runId, ctx.stepTimeoutMs);
   const profiles: ProfileSection[] = [];
   try {
@@ -120,7 +143,8 @@ export async function measureColdStart(ctx: BenchContext, forceProfile: boolean)
     const missed = report(ctx, s, rounds);
     if (forceProfile || missed) profiles.push(await profileColdStart(ctx, fx));
     const leftRunning = fx.runtimes.filter((r) => r.alive).length;
-    if (leftRunning) throw new Error(`${leftRunning} local runtime(s) still alive after their sessions were passivated`);
+    if (leftRunning)
+      throw new Error(`${leftRunning} local runtime(s) still alive after their sessions were passivated`);
     ctx.settings.push(settings(fx, warmups, rounds));
     return { rows: rowsOf(s, rounds), profiles };
   } finally {

@@ -85,7 +85,11 @@ function roundTrip(client: IdleClient, index: number, timeoutMs: number): Promis
     let echoed = false;
     const timer = setTimeout(() => {
       client.listener = null;
-      reject(new Error(`client ${index}: no ${echoed ? 'agent answer' : 'stored message'} within ${timeoutMs} ms (rehydrated: ${rehydrated})`));
+      reject(
+        new Error(
+          `client ${index}: no ${echoed ? 'agent answer' : 'stored message'} within ${timeoutMs} ms (rehydrated: ${rehydrated})`,
+        ),
+      );
     }, timeoutMs);
     const fail = (err: Error) => {
       clearTimeout(timer);
@@ -99,13 +103,18 @@ function roundTrip(client: IdleClient, index: number, timeoutMs: number): Promis
       if (event.type === 'session_rehydrated') rehydrated = true;
       else if (event.type === 'message' && event.source === 'user' && event.data?.content === content) echoed = true;
       else if (echoed && event.source === 'agent' && (event.type === 'message' || event.type === 'finish')) {
-        if (!rehydrated) return fail(new Error(`client ${index}: answered without session_rehydrated first: was its session hibernated?`));
+        if (!rehydrated)
+          return fail(
+            new Error(`client ${index}: answered without session_rehydrated first: was its session hibernated?`),
+          );
         clearTimeout(timer);
         client.listener = null;
         resolve();
       }
     };
-    client.socket.send(JSON.stringify({ type: 'user_action', action: { type: 'message', content }, client_id: `density-${index}` }));
+    client.socket.send(
+      JSON.stringify({ type: 'user_action', action: { type: 'message', content }, client_id: `density-${index}` }),
+    );
   });
 }
 

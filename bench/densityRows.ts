@@ -58,9 +58,15 @@ function ownNameNote(beyond: readonly HeapKind[], bareHeap: number): string[] {
   // Kinds each connection has; those below one per connection are the server's own, counted by chance in the difference.
   const ownNames = beyond.filter(([kind, count]) => kind.includes('with own name') && count >= 0.5);
   if (ownNames.length === 0) return [];
-  const stores = ownNames.filter(([kind]) => kind.startsWith('(object properties) of ')).reduce((total, [, , bytes]) => total + bytes, 0);
-  const functions = ownNames.filter(([kind]) => kind.startsWith('closure ')).map(([kind, count]) => `\`${kind}\` ×${count.toFixed(2)}`);
-  return [`${OWN_NAME_NOTE} Per hibernated connection those stores hold ${kb(stores)} (${fmt.ratio(stores / bareHeap)}× a bare ws connection's heap), in: ${functions.join(', ')}.`];
+  const stores = ownNames
+    .filter(([kind]) => kind.startsWith('(object properties) of '))
+    .reduce((total, [, , bytes]) => total + bytes, 0);
+  const functions = ownNames
+    .filter(([kind]) => kind.startsWith('closure '))
+    .map(([kind, count]) => `\`${kind}\` ×${count.toFixed(2)}`);
+  return [
+    `${OWN_NAME_NOTE} Per hibernated connection those stores hold ${kb(stores)} (${fmt.ratio(stores / bareHeap)}× a bare ws connection's heap), in: ${functions.join(', ')}.`,
+  ];
 }
 
 function breakdownNotes(n: number, tether: HeapKind[], bare: HeapKind[], bareHeap: number): string[] {
@@ -76,12 +82,17 @@ function breakdownNotes(n: number, tether: HeapKind[], bare: HeapKind[], bareHea
 
 /** Extra runs of both servers with heap snapshots, side by side (the bare one with clients of its own: they count objects, not time). */
 async function snapshotBreakdown(ctx: BenchContext, n: number, bareHeap: number): Promise<string[]> {
-  progress('density: heap snapshots of a bare ws connection and a hibernated Tether connection (extra runs, side by side)');
+  progress(
+    'density: heap snapshots of a bare ws connection and a hibernated Tether connection (extra runs, side by side)',
+  );
   const options = { n, timeoutMs: 5 * ctx.stepTimeoutMs, snapshots: true };
   const bareClients = startClients('the density clients (bare ws snapshots)');
   const tetherClients = startClients('the density clients (Tether snapshots)');
   try {
-    const [bare, tether] = await Promise.all([bareRun(bareClients, options), tetherRun(tetherClients, ctx.natsUrl, `${ctx.runId}p`, options)]);
+    const [bare, tether] = await Promise.all([
+      bareRun(bareClients, options),
+      tetherRun(tetherClients, ctx.natsUrl, `${ctx.runId}p`, options),
+    ]);
     return breakdownNotes(n, tether.kinds!, bare.kinds!, bareHeap);
   } finally {
     bareClients.stop();
@@ -119,7 +130,11 @@ function densityRows(n: number, tether: TetherRun, f: PerConnection): Row[] {
     ...(target && { pass: target.pass }),
   });
   return [
-    row(`(g) density: heap per ws connection, ${count} conversations with one connection each, sessions live, vs a bare \`ws\` server holding ${count} idle connections`, f.liveHeap, f.bareHeap),
+    row(
+      `(g) density: heap per ws connection, ${count} conversations with one connection each, sessions live, vs a bare \`ws\` server holding ${count} idle connections`,
+      f.liveHeap,
+      f.bareHeap,
+    ),
     row(
       `(g2) density: heap per ws connection, the same ${count} sessions hibernated (liveCount ${tether.hibernated.liveCount}, connections open and working) vs the bare ws server`,
       f.hibernatedHeap,
@@ -127,7 +142,11 @@ function densityRows(n: number, tether: TetherRun, f: PerConnection): Row[] {
       { text: `≤ ${TARGET}`, pass: passes(f) },
     ),
     row(`(g3) density: RSS per ws connection, ${count} live sessions vs the bare ws server`, f.liveRss, f.bareRss),
-    row(`(g4) density: RSS per ws connection, ${count} hibernated sessions vs the bare ws server`, f.hibernatedRss, f.bareRss),
+    row(
+      `(g4) density: RSS per ws connection, ${count} hibernated sessions vs the bare ws server`,
+      f.hibernatedRss,
+      f.bareRss,
+    ),
   ];
 }
 

@@ -60,8 +60,13 @@ function expect(what: string, got: number, want: number): void {
 
 /** The bare ws baseline: warm-up connections opened and closed, empty reading, n idle connections, reading. */
 export async function bareRun(clients: Clients, { n, timeoutMs, snapshots }: RunOptions): Promise<BareRun> {
-  const server = new BenchChild<BareWsProtocol>(new URL('./bareWsServer.ts', import.meta.url), 'the bare ws server', HEAP_NODE_FLAGS);
-  const connect = (url: string, count: number) => clients.ask('connect', { urls: Array.from({ length: count }, () => url), sync: false }, timeoutMs);
+  const server = new BenchChild<BareWsProtocol>(
+    new URL('./bareWsServer.ts', import.meta.url),
+    'the bare ws server',
+    HEAP_NODE_FLAGS,
+  );
+  const connect = (url: string, count: number) =>
+    clients.ask('connect', { urls: Array.from({ length: count }, () => url), sync: false }, timeoutMs);
   try {
     const { port } = await server.ask('start', {}, timeoutMs);
     const url = `ws://127.0.0.1:${port}/`;
@@ -85,13 +90,28 @@ export async function bareRun(clients: Clients, { n, timeoutMs, snapshots }: Run
 type TetherServerChild = BenchChild<DensityProtocol>;
 
 /** Connects one client per conversation, each on its user and after its last seq, and waits for every `sync`. */
-function connectTo(clients: Clients, port: number, created: Created, first: number, timeoutMs: number): Promise<{ ms: number }> {
-  const urls = created.ids.map((id, i) => `ws://127.0.0.1:${port}/ws?conversation_id=${id}&after_seq=${created.cursors[i]}&${USER_PARAM}=${benchUser(first + i)}`);
+function connectTo(
+  clients: Clients,
+  port: number,
+  created: Created,
+  first: number,
+  timeoutMs: number,
+): Promise<{ ms: number }> {
+  const urls = created.ids.map(
+    (id, i) =>
+      `ws://127.0.0.1:${port}/ws?conversation_id=${id}&after_seq=${created.cursors[i]}&${USER_PARAM}=${benchUser(first + i)}`,
+  );
   return clients.ask('connect', { urls, sync: true }, timeoutMs);
 }
 
 /** The warm-up on conversations of their own (users after the measured ones), deleted before the empty reading. */
-async function warmUp(server: TetherServerChild, clients: Clients, port: number, n: number, timeoutMs: number): Promise<void> {
+async function warmUp(
+  server: TetherServerChild,
+  clients: Clients,
+  port: number,
+  n: number,
+  timeoutMs: number,
+): Promise<void> {
   const warm = await server.ask('create', { count: WARM_UP, first: n }, timeoutMs);
   await connectTo(clients, port, warm, n, timeoutMs);
   await server.ask('passivate', { ids: warm.ids }, timeoutMs);
@@ -119,8 +139,17 @@ async function checkHibernated(server: TetherServerChild, clients: Clients, n: n
  * client each (connected on `sync`), reading with live sessions; every session
  * passivated with its connection open, reading; then the check.
  */
-export async function tetherRun(clients: Clients, natsUrl: string, tag: string, { n, timeoutMs, snapshots }: RunOptions): Promise<TetherRun> {
-  const server: TetherServerChild = new BenchChild(new URL('./densityServer.ts', import.meta.url), 'the density server', HEAP_NODE_FLAGS);
+export async function tetherRun(
+  clients: Clients,
+  natsUrl: string,
+  tag: string,
+  { n, timeoutMs, snapshots }: RunOptions,
+): Promise<TetherRun> {
+  const server: TetherServerChild = new BenchChild(
+    new URL('./densityServer.ts', import.meta.url),
+    'the density server',
+    HEAP_NODE_FLAGS,
+  );
   try {
     const { port } = await server.ask('start', { natsUrl, tag }, timeoutMs);
     await warmUp(server, clients, port, n, timeoutMs);

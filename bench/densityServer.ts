@@ -9,7 +9,15 @@ import { tetherServer, type TetherServer } from '../src/server/index.ts';
 import { connectNats, type NatsConnection } from '../src/store/index.ts';
 import type { ServerMemory } from './bareWsServer.ts';
 import { heapByKind, type HeapKind } from './densitySnapshot.ts';
-import { answerCommands, benchSessions, benchUser, createStarted, memoryNow, passivateAll, type BenchSessions } from './heapBench.ts';
+import {
+  answerCommands,
+  benchSessions,
+  benchUser,
+  createStarted,
+  memoryNow,
+  passivateAll,
+  type BenchSessions,
+} from './heapBench.ts';
 
 /** The conversation `first + i` belongs to user benchUser(first + i); a client names its user with `?bench_user=`. */
 export const USER_PARAM = 'bench_user';
@@ -36,7 +44,8 @@ export type DensityProtocol = {
   close: { args: object; reply: null };
 };
 
-const authenticate = async (_req: IncomingMessage, url: URL): Promise<string> => url.searchParams.get(USER_PARAM) ?? 'local';
+const authenticate = async (_req: IncomingMessage, url: URL): Promise<string> =>
+  url.searchParams.get(USER_PARAM) ?? 'local';
 
 let nc: NatsConnection | null = null;
 let sessions: BenchSessions | null = null;
@@ -51,7 +60,13 @@ answerCommands<DensityProtocol>({
   start: async ({ natsUrl, tag }) => {
     nc = await connectNats(natsUrl, { name: 'tether-bench-density' });
     sessions = await benchSessions(nc, 'density', tag);
-    server = tetherServer({ manager: sessions.manager, logger: silentLogger, maxFrameBytes: 1 << 20, maxBodyBytes: 1 << 20, authenticate });
+    server = tetherServer({
+      manager: sessions.manager,
+      logger: silentLogger,
+      maxFrameBytes: 1 << 20,
+      maxBodyBytes: 1 << 20,
+      authenticate,
+    });
     return { port: (await server.listen(0, '127.0.0.1')).port };
   },
   create: async ({ count, first }) => {
@@ -59,7 +74,9 @@ answerCommands<DensityProtocol>({
     const t0 = performance.now();
     const ids = await createStarted(manager, count, first);
     const ms = performance.now() - t0;
-    const cursors = await Promise.all(ids.map(async (id, i) => (await manager.session(id, benchUser(first + i))).lastSeq));
+    const cursors = await Promise.all(
+      ids.map(async (id, i) => (await manager.session(id, benchUser(first + i))).lastSeq),
+    );
     return { ids, cursors, ms };
   },
   measure: async () => {

@@ -17,7 +17,14 @@ import { writeHeapSnapshot } from 'node:v8';
 export type HeapKind = [kind: string, count: number, bytes: number];
 
 interface RawSnapshot {
-  snapshot: { meta: { node_fields: string[]; node_types: [string[], ...unknown[]]; edge_fields: string[]; edge_types: [string[], ...unknown[]] } };
+  snapshot: {
+    meta: {
+      node_fields: string[];
+      node_types: [string[], ...unknown[]];
+      edge_fields: string[];
+      edge_types: [string[], ...unknown[]];
+    };
+  };
   nodes: number[];
   edges: number[];
   strings: string[];
@@ -28,7 +35,17 @@ export const OWN_NAME_NOTE =
   'A function `with own name` carries a `name` property of its own: tsx (the loader `bin/tether.js` and the bench run the sources through) compiles with esbuild\'s `keepNames`, which wraps each named arrow function in `__name(fn, "sendEvent")`, an `Object.defineProperty(fn, "name", ...)`; that switches the function object to dictionary-mode properties, with an `(object properties)` store of its own.';
 
 // Kinds whose names are contents (a string's text, a function's code), not types.
-const BY_TYPE_ONLY = new Set(['string', 'concatenated string', 'sliced string', 'number', 'code', 'object shape', 'bigint', 'symbol', 'regexp']);
+const BY_TYPE_ONLY = new Set([
+  'string',
+  'concatenated string',
+  'sliced string',
+  'number',
+  'code',
+  'object shape',
+  'bigint',
+  'symbol',
+  'regexp',
+]);
 // Kinds that are a JS object's own: named by their constructor or function, not by what holds them.
 const OWN_NAME = new Set(['object', 'closure', 'native', 'regexp']);
 const COLLECTIONS = new Set(['Map', 'Set', 'WeakMap', 'WeakSet']);
@@ -47,7 +64,15 @@ class HeapGraph {
   readonly count: number;
   readonly #raw: RawSnapshot;
   readonly #width: number;
-  readonly #at: { type: number; name: number; size: number; edges: number; edgeType: number; edgeName: number; edgeTo: number };
+  readonly #at: {
+    type: number;
+    name: number;
+    size: number;
+    edges: number;
+    edgeType: number;
+    edgeName: number;
+    edgeTo: number;
+  };
   readonly #edgeWidth: number;
   readonly #firstEdge: Int32Array;
   readonly #owner: Int32Array;
@@ -63,10 +88,19 @@ class HeapGraph {
     this.#raw = raw;
     this.#width = meta.node_fields.length;
     this.#edgeWidth = meta.edge_fields.length;
-    this.#at = { type: node('type'), name: node('name'), size: node('self_size'), edges: node('edge_count'), edgeType: edge('type'), edgeName: edge('name_or_index'), edgeTo: edge('to_node') };
+    this.#at = {
+      type: node('type'),
+      name: node('name'),
+      size: node('self_size'),
+      edges: node('edge_count'),
+      edgeType: edge('type'),
+      edgeName: edge('name_or_index'),
+      edgeTo: edge('to_node'),
+    };
     this.count = raw.nodes.length / this.#width;
     this.#firstEdge = new Int32Array(this.count + 1);
-    for (let n = 0; n < this.count; n++) this.#firstEdge[n + 1] = this.#firstEdge[n]! + raw.nodes[n * this.#width + this.#at.edges]! * this.#edgeWidth;
+    for (let n = 0; n < this.count; n++)
+      this.#firstEdge[n + 1] = this.#firstEdge[n]! + raw.nodes[n * this.#width + this.#at.edges]! * this.#edgeWidth;
     this.#owner = new Int32Array(this.count).fill(-1);
     this.#ownerEdge = new Int32Array(this.count).fill(-1);
     this.#scopeUser = new Int32Array(this.count).fill(-1);
@@ -82,7 +116,13 @@ class HeapGraph {
         const type = this.#edgeType(e);
         if (type === 'weak' || type === 'shortcut') continue;
         const to = edges[e + this.#at.edgeTo]! / this.#width;
-        if (isClosure && type === 'internal' && this.#scopeUser[to] === -1 && strings[edges[e + this.#at.edgeName]!] === 'context') this.#scopeUser[to] = n;
+        if (
+          isClosure &&
+          type === 'internal' &&
+          this.#scopeUser[to] === -1 &&
+          strings[edges[e + this.#at.edgeName]!] === 'context'
+        )
+          this.#scopeUser[to] = n;
         if (this.#owner[to] !== -1) continue;
         this.#owner[to] = n;
         if (type !== 'element' && type !== 'hidden') this.#ownerEdge[to] = edges[e + this.#at.edgeName]!;
@@ -116,7 +156,8 @@ class HeapGraph {
     for (let e = this.#firstEdge[n]!; e < this.#firstEdge[n + 1]!; e += this.#edgeWidth) {
       const type = this.#edgeType(e);
       if ((only !== undefined && type !== only) || type === 'element' || type === 'hidden') continue;
-      if (this.#raw.strings[this.#raw.edges[e + this.#at.edgeName]!] === name) return this.#raw.edges[e + this.#at.edgeTo]! / this.#width;
+      if (this.#raw.strings[this.#raw.edges[e + this.#at.edgeName]!] === name)
+        return this.#raw.edges[e + this.#at.edgeTo]! / this.#width;
     }
     return -1;
   }
@@ -178,7 +219,8 @@ function byKind(graph: HeapGraph): HeapKind[] {
     if (type === 'synthetic') continue;
     // Two steps up at most: a Map's table is held by the Map, its entries' store by the table.
     let holder = OWN_NAME.has(type) ? -1 : graph.owner(n);
-    if (holder !== -1 && !OWN_NAME.has(graph.typeOf(holder)) && graph.owner(holder) !== -1) holder = graph.owner(holder);
+    if (holder !== -1 && !OWN_NAME.has(graph.typeOf(holder)) && graph.owner(holder) !== -1)
+      holder = graph.owner(holder);
     const key = labelId(n) * 2 ** 24 + (holder === -1 ? 0 : labelId(holder) + 1);
     const total = totals.get(key) ?? { count: 0, bytes: 0 };
     total.count += 1;
@@ -208,6 +250,10 @@ export async function heapByKind(): Promise<HeapKind[]> {
 export function perThing(before: readonly HeapKind[], after: readonly HeapKind[], n: number): HeapKind[] {
   const base = new Map(before.map(([kind, count, bytes]) => [kind, { count, bytes }]));
   return after
-    .map(([kind, count, bytes]): HeapKind => [kind, (count - (base.get(kind)?.count ?? 0)) / n, (bytes - (base.get(kind)?.bytes ?? 0)) / n])
+    .map(([kind, count, bytes]): HeapKind => [
+      kind,
+      (count - (base.get(kind)?.count ?? 0)) / n,
+      (bytes - (base.get(kind)?.bytes ?? 0)) / n,
+    ])
     .sort((a, b) => b[2] - a[2]);
 }

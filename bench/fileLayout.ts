@@ -39,7 +39,13 @@ const conversationDir = (root: string, sid: string) => join(root, 'sessions', si
  * The stored bytes of a conversation's events, in order, exactly as JetStream
  * holds them: one ordered consumer on the subject, drained until nothing is pending.
  */
-export async function storedEventJson(js: JetStreamClient, stream: string, subject: string, count: number, timeoutMs: number): Promise<string[]> {
+export async function storedEventJson(
+  js: JetStreamClient,
+  stream: string,
+  subject: string,
+  count: number,
+  timeoutMs: number,
+): Promise<string[]> {
   const consumer = await js.consumers.get(stream, { filter_subjects: subject });
   const messages = await consumer.consume({ max_messages: 1000 });
   const out: string[] = [];
@@ -76,7 +82,8 @@ export async function writeFileLayout(conversationId: string, eventJson: readonl
     let pages = 0;
     let bytes = 0;
     for (const [id, json] of eventJson.entries()) {
-      if ((JSON.parse(json) as { id?: unknown }).id !== id) throw new Error(`stored event ${id} does not carry id ${id}`);
+      if ((JSON.parse(json) as { id?: unknown }).id !== id)
+        throw new Error(`stored event ${id} does not carry id ${id}`);
       writeFileSync(join(dir, 'events', `${id}.json`), json);
       bytes += Buffer.byteLength(json);
       page.push(json);
@@ -122,7 +129,11 @@ export function readFileLayout(layout: FileLayout, options: { pages?: boolean } 
   for (let index = 0; index < curId; index++) {
     if (index < page.start || index >= page.end) {
       const start = index - (index % PAGE_SIZE);
-      page = { start, end: start + PAGE_SIZE, events: usePages ? readPage(join(dir, 'event_cache', `${start}-${start + PAGE_SIZE}.json`)) : null };
+      page = {
+        start,
+        end: start + PAGE_SIZE,
+        events: usePages ? readPage(join(dir, 'event_cache', `${start}-${start + PAGE_SIZE}.json`)) : null,
+      };
       if (page.events) pagesRead++;
     }
     if (page.events) events.push(page.events[index - page.start]);
@@ -132,7 +143,8 @@ export function readFileLayout(layout: FileLayout, options: { pages?: boolean } 
     }
   }
   const ms = performance.now() - t0;
-  if (events.length !== layout.events) throw new Error(`the file layout read ${events.length} events, expected ${layout.events}`);
+  if (events.length !== layout.events)
+    throw new Error(`the file layout read ${events.length} events, expected ${layout.events}`);
   events.forEach((e, i) => {
     if ((e as { id?: unknown }).id !== i) throw new Error(`the file layout read event ${i} out of order`);
   });

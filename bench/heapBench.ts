@@ -57,7 +57,12 @@ export class BenchChild<P extends Protocol> {
   }
 
   /** The child's reply to command `type`, or an error naming `step` after `timeoutMs`. */
-  async ask<T extends keyof P & string>(type: T, args: P[T]['args'], timeoutMs: number, step = `${this.#name}: ${type}`): Promise<P[T]['reply']> {
+  async ask<T extends keyof P & string>(
+    type: T,
+    args: P[T]['args'],
+    timeoutMs: number,
+    step = `${this.#name}: ${type}`,
+  ): Promise<P[T]['reply']> {
     if (this.#exited) throw this.#exited;
     if (this.#pending) throw new Error(`${this.#name} is still busy (asked to ${type})`);
     const answer = new Promise<Answer>((resolve, reject) => {
@@ -81,7 +86,9 @@ export class BenchChild<P extends Protocol> {
 }
 
 /** The child side of BenchChild: answers each command in turn with its handler; the parent going away ends the process. */
-export function answerCommands<P extends Protocol>(handlers: { [T in keyof P]: (args: P[T]['args']) => Promise<P[T]['reply']> }): void {
+export function answerCommands<P extends Protocol>(handlers: {
+  [T in keyof P]: (args: P[T]['args']) => Promise<P[T]['reply']>;
+}): void {
   const run = async ({ type, args }: Question): Promise<unknown> => {
     const handler = handlers[type];
     if (!handler) throw new Error(`unknown command ${type}`);
@@ -92,7 +99,11 @@ export function answerCommands<P extends Protocol>(handlers: { [T in keyof P]: (
     queue = queue.then(() =>
       run(question).then(
         (value) => process.send?.({ ok: true, value } satisfies Answer),
-        (err: unknown) => process.send?.({ ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) } satisfies Answer),
+        (err: unknown) =>
+          process.send?.({
+            ok: false,
+            error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+          } satisfies Answer),
       ),
     );
   });
@@ -101,7 +112,11 @@ export function answerCommands<P extends Protocol>(handlers: { [T in keyof P]: (
 
 /** Rows (e, e2): heapProcess.ts's measurement in a process of its own. */
 export async function heapRun(request: HeapRequest, timeoutMs: number): Promise<HeapReport> {
-  const child = new BenchChild<HeapProtocol>(new URL('./heapProcess.ts', import.meta.url), 'the heap process', HEAP_NODE_FLAGS);
+  const child = new BenchChild<HeapProtocol>(
+    new URL('./heapProcess.ts', import.meta.url),
+    'the heap process',
+    HEAP_NODE_FLAGS,
+  );
   try {
     return await child.ask('measure', request, timeoutMs, 'the heap measurement');
   } finally {
@@ -128,7 +143,9 @@ export async function heapUsed(): Promise<number> {
 /** This process's resident set (VmRSS of /proc/self/status) in bytes; process.memoryUsage().rss where /proc is not there. */
 export function rssBytes(): number {
   try {
-    const line = readFileSync('/proc/self/status', 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'));
+    const line = readFileSync('/proc/self/status', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('VmRSS:'));
     const kib = line ? Number(/(\d+)/.exec(line)?.[1]) : Number.NaN;
     if (Number.isFinite(kib)) return kib * 1024;
   } catch {
@@ -205,17 +222,24 @@ export async function createStarted(manager: SessionManager, count: number, firs
   const limit = pLimit(AT_ONCE);
   const body = CreateConversationBody.parse({});
   const ids = await Promise.all(
-    Array.from({ length: count }, (_, i) => limit(async () => (await manager.create(benchUser(first + i), body)).conversation_id)),
+    Array.from({ length: count }, (_, i) =>
+      limit(async () => (await manager.create(benchUser(first + i), body)).conversation_id),
+    ),
   );
   // Start-up (runtime, then awaiting_user_input) runs after create returns.
   for (const [i, id] of ids.entries()) {
-    while ((await manager.session(id, benchUser(first + i))).state !== 'awaiting_user_input') await new Promise((r) => setTimeout(r, 10));
+    while ((await manager.session(id, benchUser(first + i))).state !== 'awaiting_user_input')
+      await new Promise((r) => setTimeout(r, 10));
   }
   return ids;
 }
 
 /** `manager.passivate(id, reason)` of every id, 200 at a time. */
-export async function passivateAll(manager: SessionManager, ids: readonly string[], reason: PassivationReason): Promise<void> {
+export async function passivateAll(
+  manager: SessionManager,
+  ids: readonly string[],
+  reason: PassivationReason,
+): Promise<void> {
   const limit = pLimit(AT_ONCE);
   await Promise.all(ids.map((id) => limit(() => manager.passivate(id, reason))));
 }

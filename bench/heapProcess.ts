@@ -57,7 +57,9 @@ async function references(): Promise<Pick<HeapReport, 'bareActorBytes' | 'machin
   const input = inputFrom(created);
   const noop = () => {};
   const bareActorBytes = await bytesEach(() => createActor(sessionMachine, { input }).start());
-  const machineCopyBytes = await bytesEach(() => sessionMachine.provide({ actions: { startRuntime: noop, askAgent: noop, runCommand: noop } }));
+  const machineCopyBytes = await bytesEach(() =>
+    sessionMachine.provide({ actions: { startRuntime: noop, askAgent: noop, runCommand: noop } }),
+  );
   return { bareActorBytes, machineCopyBytes };
 }
 
@@ -79,7 +81,16 @@ async function measure(request: HeapRequest): Promise<HeapReport> {
       const passivateMs = performance.now() - t1;
       const liveCountWhenPassivated = manager.liveCount;
       const passivatedBytes = await heapUsed();
-      measured = { sessions, emptyBytes, liveBytes, passivatedBytes, liveCountWhenLive, liveCountWhenPassivated, createMs, passivateMs };
+      measured = {
+        sessions,
+        emptyBytes,
+        liveBytes,
+        passivatedBytes,
+        liveCountWhenLive,
+        liveCountWhenPassivated,
+        createMs,
+        passivateMs,
+      };
     } finally {
       await manager.shutdown();
       await dispose();

@@ -50,7 +50,8 @@ export function pacedRun(groups: readonly PacedGroup[], messages: number, perSec
       for (const member of group.members) {
         member.onArrival = (k) => {
           const g = k * groups.length + c;
-          if (k >= messages || g >= next) return reject(new Error(`message ${k} of conversation ${c} arrived but was never sent`));
+          if (k >= messages || g >= next)
+            return reject(new Error(`message ${k} of conversation ${c} arrived but was never sent`));
           if (++arrivals[g]! < group.members.length) return;
           latencies[g] = performance.now() - due(g);
           if (++delivered === total) resolve(performance.now() - t0);

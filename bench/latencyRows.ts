@@ -30,7 +30,13 @@ function latencyOf(run: { paced?: { latencies: Float64Array; sendLags: Float64Ar
   return summariseLatency(run.paced.latencies, run.paced.sendLags);
 }
 
-export async function measureLatency(ctx: BenchContext, fleet: ClientFleet, plan: FanOutPlan, tetherPeak: number, socketIoPeak: number): Promise<Row[]> {
+export async function measureLatency(
+  ctx: BenchContext,
+  fleet: ClientFleet,
+  plan: FanOutPlan,
+  tetherPeak: number,
+  socketIoPeak: number,
+): Promise<Row[]> {
   const label = 'latency at half peak';
   const tetherRate = tetherPeak / 2;
   const socketIoRate = socketIoPeak / 2;
@@ -45,7 +51,12 @@ export async function measureLatency(ctx: BenchContext, fleet: ClientFleet, plan
         ctx.natsPid,
         fleet,
         tether.payloads,
-        { clientsPerRoom: plan.clientsPerConversation, window: plan.window, pacedPerSecond: socketIoRate, timeoutMs: plan.timeoutMs },
+        {
+          clientsPerRoom: plan.clientsPerConversation,
+          window: plan.window,
+          pacedPerSecond: socketIoRate,
+          timeoutMs: plan.timeoutMs,
+        },
         tag,
       );
       const tetherLatency = latencyOf(tether);
@@ -61,7 +72,11 @@ export async function measureLatency(ctx: BenchContext, fleet: ClientFleet, plan
     busy,
   );
   ctx.notes.push(noiseNote(label, kept.length, discarded.length, kept.filter(busy).length));
-  kept.forEach((r, i) => ctx.runs.push(`${label} run ${i + 1}: Tether ${r.tether.summary}, ${describe(r.tetherLatency)}; Socket.IO ${r.socketIo.summary}, ${describe(r.socketIoLatency)}`));
+  kept.forEach((r, i) =>
+    ctx.runs.push(
+      `${label} run ${i + 1}: Tether ${r.tether.summary}, ${describe(r.tetherLatency)}; Socket.IO ${r.socketIo.summary}, ${describe(r.socketIoLatency)}`,
+    ),
+  );
 
   const pick = (side: (r: Pair) => LatencySummary, key: keyof LatencySummary) => median(kept.map((r) => side(r)[key]));
   const tetherSide = (r: Pair) => r.tetherLatency;

@@ -56,7 +56,9 @@ export async function repeat<T>(
   for (let i = reps.warmups; kept.length < reps.runs; i++) {
     const result = await once(i);
     const redo = noisy(result) && discarded.length < reps.runs;
-    progress(`${label} run ${kept.length + 1}/${reps.runs}: ${describe(result)}${redo ? ' [other processes busy: run again]' : ''}`);
+    progress(
+      `${label} run ${kept.length + 1}/${reps.runs}: ${describe(result)}${redo ? ' [other processes busy: run again]' : ''}`,
+    );
     (redo ? discarded : kept).push(result);
   }
   return { kept, discarded };
@@ -150,7 +152,12 @@ export const fmt = {
 
 /** Whether other processes disturbed a measurement, in one line for the notes. */
 export function noiseNote(label: string, kept: number, discarded: number, stillBusy: number): string {
-  const redone = discarded ? `${discarded} ${label} run(s) were run again because other processes used over 20% of a core meanwhile` : '';
-  if (stillBusy) return `**Noisy machine**: ${redone ? `${redone}, and ` : ''}${stillBusy} of the ${kept} kept ${label} runs still had other processes using over 20% of a core; those figures are less reliable.`;
-  return redone ? `${redone}; the ${kept} kept runs had a quiet machine.` : `All ${kept} ${label} runs had a quiet machine (other processes under 20% of a core).`;
+  const redone = discarded
+    ? `${discarded} ${label} run(s) were run again because other processes used over 20% of a core meanwhile`
+    : '';
+  if (stillBusy)
+    return `**Noisy machine**: ${redone ? `${redone}, and ` : ''}${stillBusy} of the ${kept} kept ${label} runs still had other processes using over 20% of a core; those figures are less reliable.`;
+  return redone
+    ? `${redone}; the ${kept} kept runs had a quiet machine.`
+    : `All ${kept} ${label} runs had a quiet machine (other processes under 20% of a core).`;
 }

@@ -85,7 +85,14 @@ export async function profileSection(
   if (!profile) throw new Error(`profiling ${title}: the timed phase never ran`);
   const file = join(tmpdir(), `tether-bench-${runId}-${title.replace(/\W+/g, '-').toLowerCase()}.cpuprofile`);
   await saveProfile(file, profile);
-  return { title, note, file, summary: summarise(profile), shares: attribute(profile, buckets), src: [...inclusiveIn(profile, 'src/'), ...inclusiveIn(profile, 'machines/', 5)] };
+  return {
+    title,
+    note,
+    file,
+    summary: summarise(profile),
+    shares: attribute(profile, buckets),
+    src: [...inclusiveIn(profile, 'src/'), ...inclusiveIn(profile, 'machines/', 5)],
+  };
 }
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -216,5 +223,7 @@ export const onStack =
   (name: string | RegExp, file?: string) =>
   (stack: readonly CallFrame[]): boolean =>
     stack.some(
-      (f) => (typeof name === 'string' ? f.functionName === name : name.test(f.functionName)) && (file === undefined || f.url.includes(file)),
+      (f) =>
+        (typeof name === 'string' ? f.functionName === name : name.test(f.functionName)) &&
+        (file === undefined || f.url.includes(file)),
     );

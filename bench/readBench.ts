@@ -25,16 +25,46 @@ export function conversationEvents(conversationId: string, count: number): strin
   const t0 = Date.parse('2025-01-01T00:00:00.000Z');
   const out: string[] = [];
   for (let id = 0; id < count; id++) {
-    const envelope = { v: EVENT_VERSION, id, conversation_id: conversationId, ts: new Date(t0 + id * 250).toISOString() };
+    const envelope = {
+      v: EVENT_VERSION,
+      id,
+      conversation_id: conversationId,
+      ts: new Date(t0 + id * 250).toISOString(),
+    };
     const round = Math.floor((id - 1) / 4);
     const event =
       id === 0
-        ? { ...envelope, source: 'user', type: 'conversation_created', data: { user: 'local', confirmation_mode: false, max_iterations: 10_000, secret_names: [], replay: false } }
+        ? {
+            ...envelope,
+            source: 'user',
+            type: 'conversation_created',
+            data: { user: 'local', confirmation_mode: false, max_iterations: 10_000, secret_names: [], replay: false },
+          }
         : [
             { ...envelope, source: 'user', type: 'message', data: { content: messageText(0, round) } },
-            { ...envelope, source: 'environment', type: 'agent_state_changed', data: { state: 'running' }, cause: id - 1 },
-            { ...envelope, source: 'agent', type: 'message', data: { content: `You said: "${messageText(0, round)}". To run a shell command, start a message with "!".` }, cause: id - 2 },
-            { ...envelope, source: 'environment', type: 'agent_state_changed', data: { state: 'awaiting_user_input' }, cause: id - 1 },
+            {
+              ...envelope,
+              source: 'environment',
+              type: 'agent_state_changed',
+              data: { state: 'running' },
+              cause: id - 1,
+            },
+            {
+              ...envelope,
+              source: 'agent',
+              type: 'message',
+              data: {
+                content: `You said: "${messageText(0, round)}". To run a shell command, start a message with "!".`,
+              },
+              cause: id - 2,
+            },
+            {
+              ...envelope,
+              source: 'environment',
+              type: 'agent_state_changed',
+              data: { state: 'awaiting_user_input' },
+              cause: id - 1,
+            },
           ][(id - 1) % 4]!;
     out.push(JSON.stringify(StoredEvent.parse(event)));
   }
@@ -42,7 +72,12 @@ export function conversationEvents(conversationId: string, count: number): strin
 }
 
 /** Stores `count` events of one conversation on a fresh stream (raw async publish, in order, then all acks). */
-export async function readFixture(nc: NatsConnection, count: number, tag: string, timeoutMs: number): Promise<ReadFixture> {
+export async function readFixture(
+  nc: NatsConnection,
+  count: number,
+  tag: string,
+  timeoutMs: number,
+): Promise<ReadFixture> {
   const stream = `BENCH_READ_${tag}`;
   const prefix = `bench.read${tag}`;
   const conversationId = `read${tag}`;
@@ -52,7 +87,11 @@ export async function readFixture(nc: NatsConnection, count: number, tag: string
   const events = conversationEvents(conversationId, count);
   // Another conversation's events in the same stream, so the filter has something to skip.
   const other = subjectFor(prefix, `${conversationId}other`);
-  await within(timeoutMs, 'storing the read fixture', Promise.all(events.flatMap((e) => [js.publish(subject, e), js.publish(other, e)])));
+  await within(
+    timeoutMs,
+    'storing the read fixture',
+    Promise.all(events.flatMap((e) => [js.publish(subject, e), js.publish(other, e)])),
+  );
   if ((await log.lastSeq(conversationId)) === 0) throw new Error('the read fixture was not stored');
   return {
     log,
@@ -76,7 +115,8 @@ export async function tetherRead(f: ReadFixture, timeoutMs: number): Promise<Rea
   const t0 = performance.now();
   const page = await within(timeoutMs, 'log.read', f.log.read(f.conversationId));
   const ms = performance.now() - t0;
-  if (page.items.length !== f.count || page.hasMore) throw new Error(`log.read returned ${page.items.length} events (has_more ${page.hasMore}), expected ${f.count}`);
+  if (page.items.length !== f.count || page.hasMore)
+    throw new Error(`log.read returned ${page.items.length} events (has_more ${page.hasMore}), expected ${f.count}`);
   if (page.items[f.count - 1]!.event.id !== f.count - 1) throw new Error('log.read returned events out of order');
   return { ms, summary: `${fmt.int(f.count)} events in ${fmt.ms(ms)} ms` };
 }

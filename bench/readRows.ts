@@ -9,7 +9,10 @@ import type { ProfileSection, Row } from './report.ts';
 const READ_TARGET = 1.5;
 const EVENTS = 10_000;
 
-export async function measureRead(ctx: BenchContext, forceProfile: boolean): Promise<{ rows: Row[]; profiles: ProfileSection[] }> {
+export async function measureRead(
+  ctx: BenchContext,
+  forceProfile: boolean,
+): Promise<{ rows: Row[]; profiles: ProfileSection[] }> {
   const reps = ctx.quick ? { warmups: 1, runs: 3 } : { warmups: 2, runs: 9 };
   const fixture = await readFixture(ctx.rawNc, EVENTS, `${ctx.runId}`, ctx.stepTimeoutMs);
   let ratio: number;
@@ -24,17 +27,30 @@ export async function measureRead(ctx: BenchContext, forceProfile: boolean): Pro
         const raw1 = i % 2 === 0 ? undefined : await rawRead(fixture, ctx.stepTimeoutMs);
         const tether = await tetherRead(fixture, ctx.stepTimeoutMs);
         const raw = raw1 ?? (await rawRead(fixture, ctx.stepTimeoutMs));
-        return { tether, raw, cpu: cpu(), summary: `Tether log.read ${tether.summary}; raw ordered consumer ${raw.summary}` };
+        return {
+          tether,
+          raw,
+          cpu: cpu(),
+          summary: `Tether log.read ${tether.summary}; raw ordered consumer ${raw.summary}`,
+        };
       },
       (r) => busyMachine(r.cpu),
     );
-    ctx.notes.push(noiseNote('read', results.length, discarded.length, results.filter((r) => busyMachine(r.cpu)).length));
-    results.forEach((r, i) => ctx.runs.push(`read run ${i + 1}: Tether log.read ${fmt.ms(r.tether.ms)} ms; raw ordered consumer ${fmt.ms(r.raw.ms)} ms`));
+    ctx.notes.push(
+      noiseNote('read', results.length, discarded.length, results.filter((r) => busyMachine(r.cpu)).length),
+    );
+    results.forEach((r, i) =>
+      ctx.runs.push(
+        `read run ${i + 1}: Tether log.read ${fmt.ms(r.tether.ms)} ms; raw ordered consumer ${fmt.ms(r.raw.ms)} ms`,
+      ),
+    );
     const tether = median(results.map((r) => r.tether.ms));
     const raw = median(results.map((r) => r.raw.ms));
     ratio = tether / raw;
     if (ratio > READ_TARGET) {
-      ctx.notes.push(`**Read target missed**: ratio ${fmt.ratio(ratio)} against ≤ ${READ_TARGET}; Tether needs ≤ ${fmt.ms(raw * READ_TARGET)} ms. See the read profile below.`);
+      ctx.notes.push(
+        `**Read target missed**: ratio ${fmt.ratio(ratio)} against ≤ ${READ_TARGET}; Tether needs ≤ ${fmt.ms(raw * READ_TARGET)} ms. See the read profile below.`,
+      );
     }
     row = {
       measurement: `(b) read: ${fmt.int(EVENTS)} events of one conversation, \`log.read\` vs raw ordered consumer + JSON.parse`,
@@ -52,10 +68,15 @@ export async function measureRead(ctx: BenchContext, forceProfile: boolean): Pro
     const again = await readFixture(ctx.rawNc, EVENTS, `${ctx.runId}_profile`, ctx.stepTimeoutMs);
     try {
       profiles.push(
-        await profileSection(ctx.runId, 'Read', `Five \`log.read\` calls of ${fmt.int(EVENTS)} events under the CPU profiler.`, READ_BUCKETS, (around) =>
-          around(async () => {
-            for (let i = 0; i < 5; i++) await tetherRead(again, ctx.stepTimeoutMs);
-          }),
+        await profileSection(
+          ctx.runId,
+          'Read',
+          `Five \`log.read\` calls of ${fmt.int(EVENTS)} events under the CPU profiler.`,
+          READ_BUCKETS,
+          (around) =>
+            around(async () => {
+              for (let i = 0; i < 5; i++) await tetherRead(again, ctx.stepTimeoutMs);
+            }),
         ),
       );
     } finally {

@@ -49,7 +49,13 @@ export interface RehydrateFixture {
  * then rounds of user message, `running`, agent reply, `awaiting_user_input`,
  * one round at a time as a user would chat, then passivated (snapshot written).
  */
-export async function rehydrateFixture(nc: NatsConnection, rawNc: NatsConnection, events: number, tag: string, timeoutMs: number): Promise<RehydrateFixture> {
+export async function rehydrateFixture(
+  nc: NatsConnection,
+  rawNc: NatsConnection,
+  events: number,
+  tag: string,
+  timeoutMs: number,
+): Promise<RehydrateFixture> {
   const stream = `BENCH_REHYDRATE_${tag}`;
   const buckets = [`bench_rh_conversations_${tag}`, `bench_rh_snapshots_${tag}`] as const;
   const log = await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.rehydrate${tag}` });
@@ -75,8 +81,10 @@ export async function rehydrateFixture(nc: NatsConnection, rawNc: NatsConnection
     const buildMs = performance.now() - t0;
     const last = await log.last(conversationId);
     const snapshot = await snapshots.get(conversationId);
-    if (!last || last.event.type !== 'session_passivated') throw new Error(`the conversation does not end passivated (${last?.event.type})`);
-    if (snapshot?.seq !== last.seq) throw new Error(`the snapshot stands at seq ${snapshot?.seq}, the log at ${last.seq}`);
+    if (!last || last.event.type !== 'session_passivated')
+      throw new Error(`the conversation does not end passivated (${last?.event.type})`);
+    if (snapshot?.seq !== last.seq)
+      throw new Error(`the snapshot stands at seq ${snapshot?.seq}, the log at ${last.seq}`);
     if (manager.liveCount !== 0) throw new Error('the session is still in memory after passivation');
     const count = last.event.id + 1;
     const raw: ReadFixture = {
@@ -148,8 +156,10 @@ async function timed<T>(work: () => Promise<T>): Promise<Timed<T>> {
 export async function loadFromSnapshot(f: RehydrateFixture): Promise<Timed<LoadedState>> {
   const run = await timed(() => loadSessionState(f.log, f.snapshots, f.conversationId));
   const loaded = run.result;
-  if (loaded?.from !== 'snapshot' || loaded.folded !== 0) throw new Error(`expected a snapshot load with nothing to fold, got ${loaded?.from} + ${loaded?.folded}`);
-  if (loaded.state.nextEventId !== f.events) throw new Error(`the snapshot load ends at event ${loaded.state.nextEventId}, the log at ${f.events}`);
+  if (loaded?.from !== 'snapshot' || loaded.folded !== 0)
+    throw new Error(`expected a snapshot load with nothing to fold, got ${loaded?.from} + ${loaded?.folded}`);
+  if (loaded.state.nextEventId !== f.events)
+    throw new Error(`the snapshot load ends at event ${loaded.state.nextEventId}, the log at ${f.events}`);
   return { ms: run.ms, result: loaded };
 }
 
@@ -163,7 +173,8 @@ export async function rawSnapshotRead(f: RehydrateFixture): Promise<Timed<number
     const record = (await f.rawKv.get(f.conversationId))?.json<{ seq: number }>();
     if (!record) throw new Error('the raw KV read found no snapshot');
     const last = await f.rawJsm.direct.getMessage(f.raw.stream, { last_by_subj: f.raw.subject });
-    if (last?.seq !== record.seq) throw new Error(`raw reads: snapshot at seq ${record.seq}, last message at ${last?.seq}`);
+    if (last?.seq !== record.seq)
+      throw new Error(`raw reads: snapshot at seq ${record.seq}, last message at ${last?.seq}`);
     return last.seq;
   });
 }
@@ -173,7 +184,8 @@ export async function loadByFold(f: RehydrateFixture): Promise<Timed<LoadedState
   const empty = memorySnapshotStore();
   const run = await timed(() => loadSessionState(f.log, empty, f.conversationId));
   const loaded = run.result;
-  if (loaded?.from !== 'log' || loaded.folded !== f.events) throw new Error(`expected a fold of ${f.events} events, got ${loaded?.from} + ${loaded?.folded}`);
+  if (loaded?.from !== 'log' || loaded.folded !== f.events)
+    throw new Error(`expected a fold of ${f.events} events, got ${loaded?.from} + ${loaded?.folded}`);
   return { ms: run.ms, result: loaded };
 }
 
@@ -197,6 +209,7 @@ export async function managerRehydrate(f: RehydrateFixture): Promise<Timed<strin
 export async function foldParts(f: RehydrateFixture): Promise<{ readMs: number; foldMs: number }> {
   const read = await timed(() => f.log.read(f.conversationId));
   const fold = await timed(async () => foldEvents(read.result.items));
-  if (fold.result.folded !== f.events) throw new Error(`foldEvents folded ${fold.result.folded} events, expected ${f.events}`);
+  if (fold.result.folded !== f.events)
+    throw new Error(`foldEvents folded ${fold.result.folded} events, expected ${f.events}`);
   return { readMs: read.ms, foldMs: fold.ms };
 }

@@ -3,12 +3,30 @@
 // whole log, against raw JetStream reads and OpenHands' file layout.
 import type { BenchContext } from './benchContext.ts';
 import { REHYDRATE_BUCKETS } from './buckets.ts';
-import { busyMachine, cpuMeter, fmt, median, noiseNote, progress, repeat, type CpuUse, type Repetitions } from './measure.ts';
+import {
+  busyMachine,
+  cpuMeter,
+  fmt,
+  median,
+  noiseNote,
+  progress,
+  repeat,
+  type CpuUse,
+  type Repetitions,
+} from './measure.ts';
 import { profileSection } from './profile.ts';
 import { rawRead } from './readBench.ts';
 import { fileLayoutNote, fileLayoutSetting } from './fileLayoutText.ts';
 import { PAGE_SIZE, readFileLayout, storedEventJson, writeFileLayout, type FileLayout } from './fileLayout.ts';
-import { foldParts, loadByFold, loadFromSnapshot, managerRehydrate, rawSnapshotRead, rehydrateFixture, type RehydrateFixture } from './rehydrateBench.ts';
+import {
+  foldParts,
+  loadByFold,
+  loadFromSnapshot,
+  managerRehydrate,
+  rawSnapshotRead,
+  rehydrateFixture,
+  type RehydrateFixture,
+} from './rehydrateBench.ts';
 import type { ProfileSection, Row } from './report.ts';
 
 const EVENTS = 10_000;
@@ -29,7 +47,9 @@ interface Side {
 /** Every order of `n` sides (n is small), the natural one first. */
 export function orders(n: number): number[][] {
   if (n <= 1) return [[0]];
-  return orders(n - 1).flatMap((rest) => Array.from({ length: n }, (_, k) => [...rest.slice(0, n - 1 - k), n - 1, ...rest.slice(n - 1 - k)]));
+  return orders(n - 1).flatMap((rest) =>
+    Array.from({ length: n }, (_, k) => [...rest.slice(0, n - 1 - k), n - 1, ...rest.slice(n - 1 - k)]),
+  );
 }
 
 /**
@@ -37,7 +57,12 @@ export function orders(n: number): number[][] {
  * in turn, so each side follows each other one equally often: the garbage one
  * leaves behind lands on all alike), as many rounds as `reps` says; the median per side.
  */
-async function compare(ctx: BenchContext, label: string, reps: Repetitions, sides: readonly Side[]): Promise<{ medians: number[]; kept: Round[] }> {
+async function compare(
+  ctx: BenchContext,
+  label: string,
+  reps: Repetitions,
+  sides: readonly Side[],
+): Promise<{ medians: number[]; kept: Round[] }> {
   const order = orders(sides.length);
   const { kept, discarded } = await repeat(
     label,
@@ -51,12 +76,20 @@ async function compare(ctx: BenchContext, label: string, reps: Repetitions, side
     (r) => busyMachine(r.cpu),
   );
   ctx.notes.push(noiseNote(label, kept.length, discarded.length, kept.filter((r) => busyMachine(r.cpu)).length));
-  ctx.runs.push(`${label} runs (${sides.map((s) => s.name).join(' / ')}, ms): ${kept.map((r) => r.ms.map(fmt.ms).join(' / ')).join('; ')}`);
+  ctx.runs.push(
+    `${label} runs (${sides.map((s) => s.name).join(' / ')}, ms): ${kept.map((r) => r.ms.map(fmt.ms).join(' / ')).join('; ')}`,
+  );
   return { medians: sides.map((_, k) => median(kept.map((r) => r.ms[k]!))), kept };
 }
 
 /** Tether against one baseline: the first side is Tether's. */
-async function pairs(ctx: BenchContext, label: string, reps: Repetitions, tether: Side['run'], raw: Side['run']): Promise<{ tether: number; raw: number }> {
+async function pairs(
+  ctx: BenchContext,
+  label: string,
+  reps: Repetitions,
+  tether: Side['run'],
+  raw: Side['run'],
+): Promise<{ tether: number; raw: number }> {
   const { medians } = await compare(ctx, label, reps, [
     { name: 'Tether', run: tether },
     { name: 'raw', run: raw },
@@ -64,7 +97,10 @@ async function pairs(ctx: BenchContext, label: string, reps: Repetitions, tether
   return { tether: medians[0]!, raw: medians[1]! };
 }
 
-export async function measureRehydrate(ctx: BenchContext, forceProfile: boolean): Promise<{ rows: Row[]; profiles: ProfileSection[] }> {
+export async function measureRehydrate(
+  ctx: BenchContext,
+  forceProfile: boolean,
+): Promise<{ rows: Row[]; profiles: ProfileSection[] }> {
   const reps = ctx.quick
     ? { snapshot: { warmups: 2, runs: 7 }, manager: { warmups: 1, runs: 3 }, fold: { warmups: 1, runs: 3 } }
     : { snapshot: { warmups: 3, runs: 21 }, manager: { warmups: 1, runs: 9 }, fold: { warmups: 2, runs: 9 } };
@@ -77,11 +113,26 @@ export async function measureRehydrate(ctx: BenchContext, forceProfile: boolean)
       `The rehydration conversation (${fmt.int(f.events)} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round (4 events) at a time, then passivated: ${fmt.int((f.events / f.buildMs) * 1000)} events/s for one conversation whose every append waits for the one before.`,
     );
     progress("rehydration: writing the same events in OpenHands' file layout");
-    files = await writeFileLayout(f.conversationId, await storedEventJson(f.raw.js, f.raw.stream, f.raw.subject, f.events, ctx.stepTimeoutMs));
-    const snap = await pairs(ctx, 'snapshot load', reps.snapshot, () => loadFromSnapshot(f), () => rawSnapshotRead(f));
+    files = await writeFileLayout(
+      f.conversationId,
+      await storedEventJson(f.raw.js, f.raw.stream, f.raw.subject, f.events, ctx.stepTimeoutMs),
+    );
+    const snap = await pairs(
+      ctx,
+      'snapshot load',
+      reps.snapshot,
+      () => loadFromSnapshot(f),
+      () => rawSnapshotRead(f),
+    );
     const fold = await measureFold(ctx, f, files, reps.fold);
     if (forceProfile || fold.missed) profiles.push(await profileFold(ctx, f));
-    const manager = await pairs(ctx, 'manager.session', reps.manager, () => managerRehydrate(f), () => rawSnapshotRead(f));
+    const manager = await pairs(
+      ctx,
+      'manager.session',
+      reps.manager,
+      () => managerRehydrate(f),
+      () => rawSnapshotRead(f),
+    );
     ctx.settings.push(...settings(f, reps), fileLayoutSetting(files, reps.fold));
     return { rows: rowsOf(fmt.int(f.events), snap, manager, fold), profiles };
   } finally {
@@ -98,7 +149,12 @@ interface FoldFigures {
 }
 
 /** (d, d2): rounds of Tether's full fold, the raw JetStream read and the file-layout read; the split and any miss go to the notes. */
-async function measureFold(ctx: BenchContext, f: RehydrateFixture, layout: FileLayout, reps: Repetitions): Promise<FoldFigures> {
+async function measureFold(
+  ctx: BenchContext,
+  f: RehydrateFixture,
+  layout: FileLayout,
+  reps: Repetitions,
+): Promise<FoldFigures> {
   const n = fmt.int(f.events);
   const fold = await compare(ctx, 'full fold', reps, [
     { name: 'Tether', run: () => loadByFold(f) },
@@ -117,7 +173,9 @@ async function measureFold(ctx: BenchContext, f: RehydrateFixture, layout: FileL
   const foldRatio = foldMs / rawMs;
   const filesRatio = foldMs / filesMs;
   if (foldRatio > FOLD_TARGET) {
-    ctx.notes.push(`**Full-fold target missed**: ratio ${fmt.ratio(foldRatio)} against ≤ ${FOLD_TARGET}; Tether needs ≤ ${fmt.ms(rawMs * FOLD_TARGET)} ms. See the rehydration profile below.`);
+    ctx.notes.push(
+      `**Full-fold target missed**: ratio ${fmt.ratio(foldRatio)} against ≤ ${FOLD_TARGET}; Tether needs ≤ ${fmt.ms(rawMs * FOLD_TARGET)} ms. See the rehydration profile below.`,
+    );
   }
   if (filesRatio >= 1) {
     ctx.notes.push(
@@ -129,7 +187,12 @@ async function measureFold(ctx: BenchContext, f: RehydrateFixture, layout: FileL
   return { foldMs, rawMs, filesMs, missed: foldRatio > FOLD_TARGET || filesRatio >= 1 };
 }
 
-function rowsOf(n: string, snap: { tether: number; raw: number }, manager: { tether: number; raw: number }, fold: FoldFigures): Row[] {
+function rowsOf(
+  n: string,
+  snap: { tether: number; raw: number },
+  manager: { tether: number; raw: number },
+  fold: FoldFigures,
+): Row[] {
   const { foldMs, rawMs, filesMs } = fold;
   return [
     {
@@ -141,7 +204,8 @@ function rowsOf(n: string, snap: { tether: number; raw: number }, manager: { tet
       pass: snap.tether < SNAPSHOT_TARGET_MS,
     },
     {
-      measurement: '(c2) rehydrate through `manager.session()` (ownership check, snapshot load, actor started, `session_rehydrated` stored) vs the same raw reads (median)',
+      measurement:
+        '(c2) rehydrate through `manager.session()` (ownership check, snapshot load, actor started, `session_rehydrated` stored) vs the same raw reads (median)',
       tether: `${fmt.ms(manager.tether)} ms`,
       baseline: `${fmt.ms(manager.raw)} ms`,
       ratio: manager.tether / manager.raw,

@@ -15,7 +15,9 @@ export interface Machine {
 export function describeMachine(natsBinary: string): Machine {
   let cpu = cpus()[0]?.model ?? 'unknown';
   try {
-    const line = readFileSync('/proc/cpuinfo', 'utf8').split('\n').find((l) => l.startsWith('model name'));
+    const line = readFileSync('/proc/cpuinfo', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('model name'));
     if (line) cpu = line.slice(line.indexOf(':') + 1).trim();
   } catch {
     // Not Linux: keep os.cpus()'s model.
@@ -32,10 +34,13 @@ export function describeMachine(natsBinary: string): Machine {
 /** The commit measured, and whether src/ or machines/ had uncommitted changes then. */
 export function codeVersion(): string {
   try {
-    const git = (...args: string[]) => execFileSync('git', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const git = (...args: string[]) =>
+      execFileSync('git', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
     const head = git('rev-parse', '--short', 'HEAD');
     const dirty = git('status', '--porcelain', '--', 'src', 'machines').split('\n').filter(Boolean).length;
-    return dirty ? `commit ${head} plus ${dirty} uncommitted file(s) in src/ and machines/` : `commit ${head}, clean src/ and machines/`;
+    return dirty
+      ? `commit ${head} plus ${dirty} uncommitted file(s) in src/ and machines/`
+      : `commit ${head}, clean src/ and machines/`;
   } catch {
     return 'unknown (not a git checkout)';
   }
@@ -86,7 +91,10 @@ export function tableLines(rows: readonly Row[]): string[] {
   return [
     '| Measurement | Tether | Baseline | Ratio | Target | Result |',
     '|---|---:|---:|---:|---|---|',
-    ...rows.map((r) => `| ${r.measurement} | ${r.tether} | ${r.baseline} | ${fmt.ratio(r.ratio)} | ${r.target} | ${r.pass === undefined ? '—' : r.pass ? 'pass' : '**MISS**'} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.measurement} | ${r.tether} | ${r.baseline} | ${fmt.ratio(r.ratio)} | ${r.target} | ${r.pass === undefined ? '—' : r.pass ? 'pass' : '**MISS**'} |`,
+    ),
   ];
 }
 
@@ -95,7 +103,10 @@ function hotSpotLines(spots: readonly HotSpot[], totalMs: number): string[] {
   return [
     '| Function | Self | Total |',
     '|---|---:|---:|',
-    ...spots.map((s) => `| \`${s.where}\` | ${fmt.ms(s.selfMs)} ms (${pct(s.selfMs)}) | ${fmt.ms(s.totalMs)} ms (${pct(s.totalMs)}) |`),
+    ...spots.map(
+      (s) =>
+        `| \`${s.where}\` | ${fmt.ms(s.selfMs)} ms (${pct(s.selfMs)}) | ${fmt.ms(s.totalMs)} ms (${pct(s.totalMs)}) |`,
+    ),
   ];
 }
 

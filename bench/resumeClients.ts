@@ -64,7 +64,8 @@ export class ResumeClients {
 
   #ask(command: ResumeCommand): Promise<ResumeReply> {
     if (this.#exited) return Promise.reject(this.#exited);
-    if (this.#pending) return Promise.reject(new Error(`the resume client process is still busy (asked to ${command.type})`));
+    if (this.#pending)
+      return Promise.reject(new Error(`the resume client process is still busy (asked to ${command.type})`));
     return new Promise((resolve, reject) => {
       this.#pending = { resolve, reject };
       this.#child.send(command);

@@ -51,7 +51,15 @@ export type ResumeReply =
   | { type: 'dropped'; cursor: number }
   | { type: 'written'; seqs: number[] }
   | { type: 'probed'; seq: number; ms: number }
-  | { type: 'resumed'; ms: number; connectMs: number; throughSeq: number; recovered: boolean; caughtUp: boolean; during: number[] }
+  | {
+      type: 'resumed';
+      ms: number;
+      connectMs: number;
+      throughSeq: number;
+      recovered: boolean;
+      caughtUp: boolean;
+      during: number[];
+    }
   | { type: 'frames'; frames: Frame[] }
   | { type: 'seqs'; seqs: number[] }
   | { type: 'failed'; error: string };
@@ -141,7 +149,11 @@ async function postMessage(url: string, user: string, content: string, clientId:
   // One retry with the same client_id: a request that met a socket the server had just closed is stored once anyway.
   for (let attempt = 0; ; attempt++) {
     try {
-      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'x-bench-user': user }, body });
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-bench-user': user },
+        body,
+      });
       if (res.status !== 202) throw new Error(`POST ${url}: HTTP ${res.status} ${await res.text()}`);
       return ((await res.json()) as { seq: number }).seq;
     } catch (err) {
@@ -240,7 +252,15 @@ async function handle(command: ResumeCommand): Promise<ResumeReply> {
       const ms = performance.now() - t0;
       const seqs = await during;
       await bounded(watcher.until(Math.max(...seqs, -1)));
-      return { type: 'resumed', ms, connectMs: opened.syncMs, throughSeq: watcher.throughSeq, recovered: true, caughtUp, during: seqs };
+      return {
+        type: 'resumed',
+        ms,
+        connectMs: opened.syncMs,
+        throughSeq: watcher.throughSeq,
+        recovered: true,
+        caughtUp,
+        during: seqs,
+      };
     }
     case 'tether.frames':
       return { type: 'frames', frames: watcher?.frames ?? [] };
@@ -279,7 +299,15 @@ async function handle(command: ResumeCommand): Promise<ResumeReply> {
       const connectMs = performance.now() - t0;
       // A recovered socket has had its missed packets (they come before the CONNECT packet); one that was not gets none.
       const caughtUp = socket.recovered ? await bounded(sioUntil(command.lastSeq)) : false;
-      return { type: 'resumed', ms: performance.now() - t0, connectMs, throughSeq: -1, recovered: socket.recovered, caughtUp, during: [] };
+      return {
+        type: 'resumed',
+        ms: performance.now() - t0,
+        connectMs,
+        throughSeq: -1,
+        recovered: socket.recovered,
+        caughtUp,
+        during: [],
+      };
     }
     case 'sio.frames':
       return { type: 'seqs', seqs: sioSeqs };
@@ -297,7 +325,11 @@ process.on('message', (command: ResumeCommand) => {
   queue = queue.then(() =>
     handle(command).then(
       (reply) => process.send?.(reply),
-      (err: unknown) => process.send?.({ type: 'failed', error: err instanceof Error ? (err.stack ?? err.message) : String(err) } satisfies ResumeReply),
+      (err: unknown) =>
+        process.send?.({
+          type: 'failed',
+          error: err instanceof Error ? (err.stack ?? err.message) : String(err),
+        } satisfies ResumeReply),
     ),
   );
 });

@@ -13,7 +13,8 @@ import { tetherResumeRun, type ResumePlan, type TetherResumeRun } from './resume
 import { TetherHost, type TetherStoreNames } from './resumeTetherHost.ts';
 
 const EVENTS = 1_000;
-const versionOf = (pkg: string) => (createRequire(import.meta.url)(`${pkg}/package.json`) as { version: string }).version;
+const versionOf = (pkg: string) =>
+  (createRequire(import.meta.url)(`${pkg}/package.json`) as { version: string }).version;
 const WRITE_WINDOW = 16;
 /** Warm-ups also store this many messages while the client catches up, so the gapless check covers the seam between history and live. */
 const DURING = 200;
@@ -31,9 +32,18 @@ const leaf = (name: string) => (stack: readonly { functionName: string }[]) => s
 /** The server's side of a resume; async continuations lose their callers, so most shares go by file, not by caller. */
 const RESUME_BUCKETS: Bucket[] = [
   { label: 'decoding stored events (`toLoggedEvent`)', test: onStack('toLoggedEvent') },
-  { label: 'history read: a JetStream consumer per page of 100 (create, fetch, delete; nats.js jetstream)', test: (s) => inFile('@nats-io/jetstream')(s) || onStack('readPage')(s) },
-  { label: 'nats.js core (parsing replies and messages, socket I/O to nats-server)', test: (s) => inFile('nats-core')(s) || inFile('transport-node')(s) },
-  { label: 'event frames to the client (frame bytes, `ws.send`)', test: onStack(/^(eventFrame|sendEvent|sendEventFrame)$/) },
+  {
+    label: 'history read: a JetStream consumer per page of 100 (create, fetch, delete; nats.js jetstream)',
+    test: (s) => inFile('@nats-io/jetstream')(s) || onStack('readPage')(s),
+  },
+  {
+    label: 'nats.js core (parsing replies and messages, socket I/O to nats-server)',
+    test: (s) => inFile('nats-core')(s) || inFile('transport-node')(s),
+  },
+  {
+    label: 'event frames to the client (frame bytes, `ws.send`)',
+    test: onStack(/^(eventFrame|sendEvent|sendEventFrame)$/),
+  },
   { label: 'ws library (upgrade, framing, writes)', test: inFile('/ws/lib/') },
   { label: 'Tether server code, rest', test: inFile('/src/') },
   { label: 'garbage collector', test: leaf('(garbage collector)') },
@@ -58,14 +68,35 @@ export async function measureResume(ctx: BenchContext, forceProfile: boolean): P
     let users = 0;
     // Every resume, warm-ups and runs done again included: the gapless verdict covers them all.
     const every: Array<{ restart: boolean; run: Paired }> = [];
-    const plan = (restart: boolean, during = 0): ResumePlan => ({ events: EVENTS, window: WRITE_WINDOW, restart, during, timeoutMs: ctx.stepTimeoutMs });
-    const pair = (restart: boolean, warmups: number) => async (i: number): Promise<Paired> => {
-      const tether = await tetherResumeRun(ctx.natsPid, started, clients, plan(restart, i < warmups ? DURING : 0), `resume${users++}`);
-      const sio = await socketIoResumeRun(ctx.natsPid, clients, tether.cursorEvent, tether.payloads, restart, ctx.stepTimeoutMs);
-      const run = { tether, sio, summary: `Tether ${tether.summary}; Socket.IO ${sio.summary}` };
-      every.push({ restart, run });
-      return run;
-    };
+    const plan = (restart: boolean, during = 0): ResumePlan => ({
+      events: EVENTS,
+      window: WRITE_WINDOW,
+      restart,
+      during,
+      timeoutMs: ctx.stepTimeoutMs,
+    });
+    const pair =
+      (restart: boolean, warmups: number) =>
+      async (i: number): Promise<Paired> => {
+        const tether = await tetherResumeRun(
+          ctx.natsPid,
+          started,
+          clients,
+          plan(restart, i < warmups ? DURING : 0),
+          `resume${users++}`,
+        );
+        const sio = await socketIoResumeRun(
+          ctx.natsPid,
+          clients,
+          tether.cursorEvent,
+          tether.payloads,
+          restart,
+          ctx.stepTimeoutMs,
+        );
+        const run = { tether, sio, summary: `Tether ${tether.summary}; Socket.IO ${sio.summary}` };
+        every.push({ restart, run });
+        return run;
+      };
     const drop = await runs(ctx, 'resume after a drop', reps.drop, pair(false, reps.drop.warmups));
     const restart = await runs(ctx, 'resume across a restart', reps.restart, pair(true, reps.restart.warmups));
 
@@ -80,10 +111,12 @@ export async function measureResume(ctx: BenchContext, forceProfile: boolean): P
           'Resume after a drop',
           `One extra Tether resume after a drop (${fmt.int(EVENTS)} missed events) under the CPU profiler (200 µs sampling), from the client's new WebSocket to its last missed event. It covers the server's node process only: the Tether server and its NATS client; the client runs in its own process and nats-server in its own.`,
           RESUME_BUCKETS,
-          async (around) => (profiled = await tetherResumeRun(ctx.natsPid, started, clients, plan(false), `resume${users++}`, around)),
+          async (around) =>
+            (profiled = await tetherResumeRun(ctx.natsPid, started, clients, plan(false), `resume${users++}`, around)),
         ),
       );
-      if (profiled && !profiled.gapless) ctx.notes.push(`**The profiled resume was not gapless either**: ${profiled.problem}.`);
+      if (profiled && !profiled.gapless)
+        ctx.notes.push(`**The profiled resume was not gapless either**: ${profiled.problem}.`);
     }
     ctx.settings.push(...settings(reps));
     return { rows, profiles };
@@ -92,11 +125,17 @@ export async function measureResume(ctx: BenchContext, forceProfile: boolean): P
     clients.stop();
     await host?.stop().catch(() => undefined);
     const jsm = await jetstreamManager(ctx.nc);
-    for (const stream of [names.stream, `KV_${names.conversations}`, `KV_${names.snapshots}`]) await jsm.streams.delete(stream).catch(() => false);
+    for (const stream of [names.stream, `KV_${names.conversations}`, `KV_${names.snapshots}`])
+      await jsm.streams.delete(stream).catch(() => false);
   }
 }
 
-async function runs(ctx: BenchContext, label: string, reps: Repetitions, once: (i: number) => Promise<Paired>): Promise<Paired[]> {
+async function runs(
+  ctx: BenchContext,
+  label: string,
+  reps: Repetitions,
+  once: (i: number) => Promise<Paired>,
+): Promise<Paired[]> {
   const { kept, discarded } = await repeat(label, reps, once, busy);
   ctx.notes.push(noiseNote(label, kept.length, discarded.length, kept.filter(busy).length));
   kept.forEach((r, i) => ctx.runs.push(`${label} run ${i + 1}: ${r.summary}`));
@@ -114,7 +153,9 @@ function caseRows(kept: readonly Paired[], restart: boolean): Row[] {
   const gapless = kept.filter((r) => r.tether.gapless).length;
   const flagged = kept.filter((r) => r.sio.recoveredFlag).length;
   const n = kept.length;
-  const [timeLetter, countLetter, where] = restart ? ['(f2)', '(f3)', 'across a server restart'] : ['(f)', '(f1)', 'after a drop'];
+  const [timeLetter, countLetter, where] = restart
+    ? ['(f2)', '(f3)', 'across a server restart']
+    : ['(f)', '(f1)', 'after a drop'];
   const sioCaughtUp = restart && flagged === 0 ? 'to reconnected, nothing recovered' : 'to caught up';
   return [
     {
@@ -125,7 +166,7 @@ function caseRows(kept: readonly Paired[], restart: boolean): Row[] {
       target: '— (no target)',
     },
     {
-      measurement: `${countLetter} events recovered out of events missed ${where} (${n} runs together${restart ? '; Tether\'s missed events include the facts the restart stored' : ''}), vs Socket.IO's (\`socket.recovered\` in ${flagged} of ${n})`,
+      measurement: `${countLetter} events recovered out of events missed ${where} (${n} runs together${restart ? "; Tether's missed events include the facts the restart stored" : ''}), vs Socket.IO's (\`socket.recovered\` in ${flagged} of ${n})`,
       tether: `${fmt.int(t.recovered)} / ${fmt.int(t.missed)}, gapless in ${gapless} of ${n}`,
       baseline: `${fmt.int(s.recovered)} / ${fmt.int(s.missed)}`,
       // Recovered share, Tether ÷ Socket.IO (higher is better; infinite when Socket.IO recovers none).
@@ -149,13 +190,19 @@ function verdictRow(every: ReadonlyArray<{ restart: boolean; run: Paired }>): Ro
   };
 }
 
-function notes(ctx: BenchContext, drop: readonly Paired[], restart: readonly Paired[], every: ReadonlyArray<{ restart: boolean; run: Paired }>): void {
+function notes(
+  ctx: BenchContext,
+  drop: readonly Paired[],
+  restart: readonly Paired[],
+  every: ReadonlyArray<{ restart: boolean; run: Paired }>,
+): void {
   const med = (runs: readonly Paired[], pick: (r: Paired) => number) => fmt.ms(median(runs.map(pick)));
   ctx.notes.push(
     `Resume (f, f2) split (medians): after a drop, Tether's \`sync\` frame came ${med(drop, (r) => r.tether.syncMs)} ms after the new connection and the ${fmt.int(EVENTS)} missed events ${med(drop, (r) => r.tether.ms - r.tether.syncMs)} ms after it; Socket.IO connected in ${med(drop, (r) => r.sio.connectMs)} ms (its missed packets arrive before its CONNECT packet). The live probe after catching up (one more message, from POST to the watcher's frame) took ${med(drop, (r) => r.tether.probeMs)} ms on Tether. Across a restart: Tether caught up in ${med(restart, (r) => r.tether.ms)} ms (sync ${med(restart, (r) => r.tether.syncMs)} ms); the restart itself (server closed, sessions passivated, NATS drained, a new server listening) took ${med(restart, (r) => r.tether.restartMs ?? 0)} ms on Tether and ${med(restart, (r) => r.sio.restartMs ?? 0)} ms on Socket.IO.`,
   );
   const facts = new Map<string, number>();
-  for (const r of restart) for (const [type, n] of Object.entries(r.tether.others)) facts.set(type, (facts.get(type) ?? 0) + n);
+  for (const r of restart)
+    for (const [type, n] of Object.entries(r.tether.others)) facts.set(type, (facts.get(type) ?? 0) + n);
   const factList = [...facts.entries()].map(([type, n]) => `${fmt.int(n / restart.length)} \`${type}\``).join(', ');
   ctx.notes.push(
     `Across a restart (f2, f3), Tether's missed events are the ${fmt.int(EVENTS)} user messages plus what the shutdown and the new server stored meanwhile, per run: ${factList || 'nothing else'}. Socket.IO's new server has no session for the client's private id (connection state recovery keeps sessions and missed packets in the old server's memory), so \`socket.recovered\` is false and none of the ${fmt.int(EVENTS)} events reach the client; its time in (f2) is the reconnect alone.`,

@@ -118,7 +118,11 @@ export async function socketIoResumeRun(
 
     const lastSeq = events.at(-1)![0];
     const cpu = cpuMeter(natsPid, clients.pid);
-    const resumed = await within(timeoutMs, 'the Socket.IO resume', clients.ask({ type: 'sio.resume', lastSeq }, 'resumed'));
+    const resumed = await within(
+      timeoutMs,
+      'the Socket.IO resume',
+      clients.ask({ type: 'sio.resume', lastSeq }, 'resumed'),
+    );
     const used = cpu();
     const probe = lastSeq + 1;
     host.emit(probe, JSON.parse(before[1]));

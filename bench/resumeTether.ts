@@ -18,7 +18,8 @@ async function settledRunning(base: string, user: string, id: string, deadline: 
       const event = last?.event as { type?: string; data?: { state?: string } } | undefined;
       if (event?.type === 'agent_state_changed' && event.data?.state === 'running') return;
     }
-    if (performance.now() > deadline) throw new Error(`conversation ${id} is still ${info.state} after its first message`);
+    if (performance.now() > deadline)
+      throw new Error(`conversation ${id} is still ${info.state} after its first message`);
     await new Promise((r) => setTimeout(r, 5));
   }
 }
@@ -41,7 +42,12 @@ export interface Verdict {
 }
 
 /** The client's frames after its reconnect against the log after its cursor. */
-export function verifyResume(frames: readonly Frame[], log: readonly Item[], missed: readonly Item[], probeSeq: number): Verdict {
+export function verifyResume(
+  frames: readonly Frame[],
+  log: readonly Item[],
+  missed: readonly Item[],
+  probeSeq: number,
+): Verdict {
   const seen = new Map<number, number>();
   for (const [seq] of frames) seen.set(seq, (seen.get(seq) ?? 0) + 1);
   const bytes = new Map(frames.map(([seq, json]) => [seq, json]));
@@ -58,7 +64,8 @@ export function verifyResume(frames: readonly Frame[], log: readonly Item[], mis
     else if (got[0] !== want.seq) problem = `frame ${i} has seq ${got[0]}, the log has ${want.seq}`;
     else if (got[1] !== JSON.stringify(want.event)) problem = `the event at seq ${want.seq} differs from the log`;
   }
-  if (problem === undefined && recovered !== missed.length) problem = `${missed.length - recovered} missed events not received exactly once`;
+  if (problem === undefined && recovered !== missed.length)
+    problem = `${missed.length - recovered} missed events not received exactly once`;
   return { recovered, gapless: problem === undefined, ...(problem !== undefined && { problem }) };
 }
 
@@ -119,7 +126,8 @@ async function watchThenDrop(host: TetherHost, clients: ResumeClients, user: str
     max_iterations: 10_000,
   });
   await within(timeoutMs, 'conversation start-up', settledRunning(base(), user, id, deadline));
-  const wsUrl = (after: number) => `ws://127.0.0.1:${host.current.port}/ws?${USER_PARAM}=${user}&conversation_id=${id}&after_seq=${after}`;
+  const wsUrl = (after: number) =>
+    `ws://127.0.0.1:${host.current.port}/ws?${USER_PARAM}=${user}&conversation_id=${id}&after_seq=${after}`;
   const actions = () => `${base()}/api/conversations/${id}/actions`;
   const { last_seq: start } = await http<{ last_seq: number }>(base(), user, `/api/conversations/${id}`);
   await clients.ask({ type: 'tether.watch', url: wsUrl(start) }, 'ok');
@@ -130,10 +138,21 @@ async function watchThenDrop(host: TetherHost, clients: ResumeClients, user: str
 }
 
 /** Stores the plan's messages while the watcher is away: half, a restart, the other half when the plan says so. */
-async function storeWhileAway(host: TetherHost, clients: ResumeClients, away: Away, plan: ResumePlan): Promise<{ seqs: number[]; restartMs?: number }> {
+async function storeWhileAway(
+  host: TetherHost,
+  clients: ResumeClients,
+  away: Away,
+  plan: ResumePlan,
+): Promise<{ seqs: number[]; restartMs?: number }> {
   const write = async (count: number, label: string) => {
     const writes = { url: away.actions(), user: away.user, count, window: plan.window, label: `${away.user}-${label}` };
-    return (await within(plan.timeoutMs, 'writing while the client is away', clients.ask({ type: 'tether.write', ...writes }, 'written'))).seqs;
+    return (
+      await within(
+        plan.timeoutMs,
+        'writing while the client is away',
+        clients.ask({ type: 'tether.write', ...writes }, 'written'),
+      )
+    ).seqs;
   };
   if (!plan.restart) return { seqs: await write(plan.events, 'away') };
   const first = Math.floor(plan.events / 2);
@@ -159,12 +178,23 @@ export async function tetherResumeRun(
   const { seqs, restartMs } = await storeWhileAway(host, clients, away, plan);
   const { base } = host.current;
   const missed = await restEvents(base, user, away.id, away.cursor);
-  const during = plan.during > 0 ? { during: { url: away.actions(), user, count: plan.during, window: plan.window, label: `${user}-during` } } : {};
-  const resume = { type: 'tether.resume', url: away.wsUrl(away.cursor), lastSeq: missed.at(-1)?.seq ?? away.cursor, ...during } as const;
+  const during =
+    plan.during > 0
+      ? { during: { url: away.actions(), user, count: plan.during, window: plan.window, label: `${user}-during` } }
+      : {};
+  const resume = {
+    type: 'tether.resume',
+    url: away.wsUrl(away.cursor),
+    lastSeq: missed.at(-1)?.seq ?? away.cursor,
+    ...during,
+  } as const;
   const cpu = cpuMeter(natsPid, clients.pid);
   const resumed = await around(() => within(plan.timeoutMs, 'the resume', clients.ask(resume, 'resumed')));
   const used = cpu();
-  const probe = await clients.ask({ type: 'tether.probe', url: away.actions(), user, label: `${user}-after` }, 'probed');
+  const probe = await clients.ask(
+    { type: 'tether.probe', url: away.actions(), user, label: `${user}-after` },
+    'probed',
+  );
   const { frames } = await clients.ask({ type: 'tether.frames' }, 'frames');
   await clients.ask({ type: 'close' }, 'ok');
   const verdict = verifyResume(frames, await restEvents(base, user, away.id, away.cursor), missed, probe.seq);
@@ -173,7 +203,9 @@ export async function tetherResumeRun(
   await http(base, user, `/api/conversations/${away.id}/stop`, {});
 
   const restart = restartMs === undefined ? '' : `, restart ${fmt.ms(restartMs)} ms`;
-  const meanwhile = resumed.during.length ? ` (+${fmt.int(resumed.during.length)} messages stored while it caught up: not a timing)` : '';
+  const meanwhile = resumed.during.length
+    ? ` (+${fmt.int(resumed.during.length)} messages stored while it caught up: not a timing)`
+    : '';
   return {
     ...verdict,
     missed: missed.length,

@@ -28,7 +28,6 @@ export interface TetherInstance {
   stop(): Promise<void>;
 }
 
-
 /** Starts a Tether server on `port` (0: any free one) over the named stream and buckets. */
 async function startTether(natsUrl: string, names: TetherStoreNames, port = 0): Promise<TetherInstance> {
   const nc = await connectNats(natsUrl, { name: 'tether-bench-resume' });
@@ -42,7 +41,13 @@ async function startTether(natsUrl: string, names: TetherStoreNames, port = 0): 
     agentFor: () => scriptedAgent({ delayMs: 10 * 60_000 }),
     logger: silentLogger,
   });
-  const server = tetherServer({ manager, logger: silentLogger, maxFrameBytes: 1 << 20, maxBodyBytes: 1 << 20, authenticate: benchAuthenticate });
+  const server = tetherServer({
+    manager,
+    logger: silentLogger,
+    maxFrameBytes: 1 << 20,
+    maxBodyBytes: 1 << 20,
+    authenticate: benchAuthenticate,
+  });
   const address = await server.listen(port, '127.0.0.1');
   // As serve does after listening: conversations that were mid-task come back by themselves.
   const recovering = manager.recover().catch(() => 0);
@@ -105,8 +110,12 @@ export interface Item {
 /** Every stored event of the conversation after `afterSeq`, through REST. */
 export async function restEvents(base: string, user: string, id: string, afterSeq: number): Promise<Item[]> {
   const items: Item[] = [];
-  for (let cursor = afterSeq; ; ) {
-    const page = await http<{ items: Item[]; has_more: boolean }>(base, user, `/api/conversations/${id}/events?after_seq=${cursor}&limit=1000`);
+  for (let cursor = afterSeq; ;) {
+    const page = await http<{ items: Item[]; has_more: boolean }>(
+      base,
+      user,
+      `/api/conversations/${id}/events?after_seq=${cursor}&limit=1000`,
+    );
     items.push(...page.items);
     if (!page.has_more || page.items.length === 0) return items;
     cursor = page.items.at(-1)!.seq;

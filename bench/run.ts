@@ -22,7 +22,16 @@ import { progress } from './measure.ts';
 import { measureRead } from './readRows.ts';
 import { measureRehydrate } from './rehydrateRows.ts';
 import { measureResume } from './resumeRows.ts';
-import { codeVersion, commandLine, describeMachine, renderMarkdown, tableLines, type ProfileSection, type Report, type Row } from './report.ts';
+import {
+  codeVersion,
+  commandLine,
+  describeMachine,
+  renderMarkdown,
+  tableLines,
+  type ProfileSection,
+  type Report,
+  type Row,
+} from './report.ts';
 
 const quick = process.argv.includes('--quick');
 const forceProfile = process.argv.includes('--profile');
@@ -38,10 +47,15 @@ const STEPS: ReadonlyArray<{ name: string; measure: Measure }> = [
   { name: 'coldstart', measure: measureColdStart },
 ];
 // `--only=append,resume` runs those steps and prints their rows without writing RESULTS.md.
-const only = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length).split(',');
+const only = process.argv
+  .find((a) => a.startsWith('--only='))
+  ?.slice('--only='.length)
+  .split(',');
 const unknownSteps = only?.filter((name) => !STEPS.some((s) => s.name === name)) ?? [];
 if (unknownSteps.length > 0) {
-  process.stderr.write(`[bench] unknown step(s) ${unknownSteps.join(', ')}; the steps are ${STEPS.map((s) => s.name).join(', ')}\n`);
+  process.stderr.write(
+    `[bench] unknown step(s) ${unknownSteps.join(', ')}; the steps are ${STEPS.map((s) => s.name).join(', ')}\n`,
+  );
   process.exit(2);
 }
 const STEP_TIMEOUT_MS = 120_000;
@@ -83,7 +97,11 @@ async function main(): Promise<void> {
       runId,
       stepTimeoutMs: STEP_TIMEOUT_MS,
       settings: [],
-      notes: [`Load average at the start: ${loadavg().map((l) => l.toFixed(2)).join(', ')}.`],
+      notes: [
+        `Load average at the start: ${loadavg()
+          .map((l) => l.toFixed(2))
+          .join(', ')}.`,
+      ],
       runs: [],
     };
     const rows: Row[] = [];
@@ -117,7 +135,9 @@ async function main(): Promise<void> {
     report.durationS = (performance.now() - started) / 1000;
     const where = only ? 'not written to bench/RESULTS.md (--only)' : 'written to bench/RESULTS.md';
     if (!only) await writeFile(new URL('./RESULTS.md', import.meta.url), renderMarkdown(report));
-    process.stdout.write(`\n${tableLines(rows).join('\n')}\n\n${report.command}: ${report.durationS.toFixed(0)} s; ${where}\n`);
+    process.stdout.write(
+      `\n${tableLines(rows).join('\n')}\n\n${report.command}: ${report.durationS.toFixed(0)} s; ${where}\n`,
+    );
     for (const p of profiles) process.stdout.write(`profile: ${p.file}\n`);
   } finally {
     await Promise.allSettled(connections.map((c) => c.close()));

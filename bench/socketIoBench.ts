@@ -35,10 +35,15 @@ function verify(rooms: readonly RoomSpec[], received: ReadonlyArray<ReadonlyArra
     for (let c = 0; c < room.clients; c++, at++) {
       const got = received[at];
       if (!got || got.length !== room.payloads.length) {
-        throw new Error(`Socket.IO room ${room.room}, client ${c}: ${room.payloads.length} messages sent but ${got?.length ?? 0} received`);
+        throw new Error(
+          `Socket.IO room ${room.room}, client ${c}: ${room.payloads.length} messages sent but ${got?.length ?? 0} received`,
+        );
       }
       room.payloads.forEach((payload, k) => {
-        if (got[k]![1] !== payload) throw new Error(`Socket.IO room ${room.room}, client ${c}: message ${k} differs from what was sent (lost, repeated or out of order)`);
+        if (got[k]![1] !== payload)
+          throw new Error(
+            `Socket.IO room ${room.room}, client ${c}: message ${k} differs from what was sent (lost, repeated or out of order)`,
+          );
       });
     }
   }
@@ -55,9 +60,14 @@ export async function socketIoRun(
   around: AroundTimed = (work) => work(),
 ): Promise<SocketIoRun> {
   const server = await startSocketIoServer();
-  const rooms: RoomSpec[] = payloads.map((list, i) => ({ room: `${tag}-${i}`, payloads: list, clients: plan.clientsPerRoom }));
+  const rooms: RoomSpec[] = payloads.map((list, i) => ({
+    room: `${tag}-${i}`,
+    payloads: list,
+    clients: plan.clientsPerRoom,
+  }));
   const perRoom = rooms[0]?.payloads.length ?? 0;
-  if (plan.pacedPerSecond !== undefined && rooms.some((r) => r.payloads.length !== perRoom)) throw new Error('a paced Socket.IO run needs as many payloads in every room');
+  if (plan.pacedPerSecond !== undefined && rooms.some((r) => r.payloads.length !== perRoom))
+    throw new Error('a paced Socket.IO run needs as many payloads in every room');
   try {
     await within(plan.timeoutMs, 'connecting Socket.IO clients', fleet.connectSocketIo(server.url, rooms));
     const cpu = cpuMeter(natsPid, fleet.pid);

@@ -30,12 +30,17 @@ export class SocketIoBenchClient implements PacedMember {
   static connect(url: string, room: string, payloads: readonly string[]): Promise<SocketIoBenchClient> {
     // forceNew: one Manager, so one WebSocket, per client (socket.io would otherwise share one per URL).
     const socket = io(url, { transports: ['websocket'], forceNew: true, reconnection: false, auth: { room } });
-    const client = new SocketIoBenchClient(socket, payloads.map((p) => JSON.parse(p) as unknown));
+    const client = new SocketIoBenchClient(
+      socket,
+      payloads.map((p) => JSON.parse(p) as unknown),
+    );
     // With connection state recovery the server appends the packet's offset as a last argument.
     socket.on(SOCKET_IO_EVENT, (payload: unknown) => client.#onMessage(payload));
     return new Promise((resolve, reject) => {
       socket.once('connect', () => {
-        socket.on('disconnect', (reason) => client.#rejectFailed(new Error(`socket.io client of ${room} disconnected (${reason})`)));
+        socket.on('disconnect', (reason) =>
+          client.#rejectFailed(new Error(`socket.io client of ${room} disconnected (${reason})`)),
+        );
         resolve(client);
       });
       socket.once('connect_error', reject);
@@ -68,7 +73,8 @@ export class SocketIoBenchClient implements PacedMember {
   }
 
   #topUp(): void {
-    while (this.#sent < this.#payloads.length && this.#sent - this.received.length < this.#window) this.sendMessage(this.#sent++);
+    while (this.#sent < this.#payloads.length && this.#sent - this.received.length < this.#window)
+      this.sendMessage(this.#sent++);
   }
 
   #onMessage(payload: unknown): void {

@@ -52,8 +52,19 @@ async function trioRuns(ctx: BenchContext, fleet: ClientFleet, plan: FanOutPlan,
       const tag = `${ctx.runId}_deliver${i}`;
       const tether = await tetherAppendRun(ctx.nc, ctx.natsPid, fleet, plan, tag);
       const raw = await rawPublishRun(ctx.rawNc, ctx.natsPid, tether.payloads, tag, ctx.stepTimeoutMs);
-      const socketIo = await socketIoRun(ctx.natsPid, fleet, tether.payloads, { clientsPerRoom: plan.clientsPerConversation, window: plan.window, timeoutMs: plan.timeoutMs }, tag);
-      return { tether, raw, socketIo, summary: `Tether ${tether.summary}; raw ${raw.summary}; Socket.IO ${socketIo.summary}` };
+      const socketIo = await socketIoRun(
+        ctx.natsPid,
+        fleet,
+        tether.payloads,
+        { clientsPerRoom: plan.clientsPerConversation, window: plan.window, timeoutMs: plan.timeoutMs },
+        tag,
+      );
+      return {
+        tether,
+        raw,
+        socketIo,
+        summary: `Tether ${tether.summary}; raw ${raw.summary}; Socket.IO ${socketIo.summary}`,
+      };
     },
     busy,
   );
@@ -88,7 +99,8 @@ function figuresOf(kept: readonly Trio[]): Figures {
 }
 
 function cpuNote(kept: readonly Trio[], f: Figures, clients: number, singleClientPerSecond: number): string {
-  const frameRate = (pick: (r: Trio) => { frames: number; ms: number }) => fmt.int(median(kept.map((r) => (pick(r).frames / pick(r).ms) * 1000)));
+  const frameRate = (pick: (r: Trio) => { frames: number; ms: number }) =>
+    fmt.int(median(kept.map((r) => (pick(r).frames / pick(r).ms) * 1000)));
   return (
     `CPU per message, append and deliver (median, µs): Tether's server process ${f.serverUs} + nats-server ${f.natsUs}, its clients' process ${microsEach(kept.map((r) => r.tether.cpu.clientsMs / r.tether.events))}; ` +
     `the Socket.IO server's process ${f.socketIoUs}, its clients' process ${microsEach(kept.map((r) => r.socketIo.cpu.clientsMs / r.socketIo.messages))}; ` +
@@ -141,7 +153,13 @@ function missNotes(f: Figures, profile: ProfileSection): string[] {
   return notes;
 }
 
-export async function measureFanOut(ctx: BenchContext, fleet: ClientFleet, plan: FanOutPlan, forceProfile: boolean, singleClientPerSecond: number): Promise<FanOutResult> {
+export async function measureFanOut(
+  ctx: BenchContext,
+  fleet: ClientFleet,
+  plan: FanOutPlan,
+  forceProfile: boolean,
+  singleClientPerSecond: number,
+): Promise<FanOutResult> {
   const kept = await trioRuns(ctx, fleet, plan, 'append and deliver');
   const f = figuresOf(kept);
   ctx.notes.push(cpuNote(kept, f, plan.clientsPerConversation, singleClientPerSecond));

@@ -1,7 +1,12 @@
 import { createActor, initialTransition, type ActorScope } from 'xstate';
 import type { StoredEvent } from '../src/protocol/index.ts';
 import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
-import { DEFAULT_RATE_LIMIT_RETRIES, sessionMachine, type SessionInput, type SessionSnapshot } from './sessionMachine.ts';
+import {
+  DEFAULT_RATE_LIMIT_RETRIES,
+  sessionMachine,
+  type SessionInput,
+  type SessionSnapshot,
+} from './sessionMachine.ts';
 
 export interface FoldStep {
   /** Stream sequence of the stored event, when the caller gave one. */
@@ -68,7 +73,10 @@ function pureStepper(input: SessionInput): (snapshot: SessionSnapshot, event: Se
  * transition function: no effect runs, no agent is called. Without `from`, the first event must be `conversation_created`.
  * Accepts stored events or `{seq, event}` pairs.
  */
-export function foldEvents(events: Iterable<StoredEvent | { seq: number; event: StoredEvent }>, options: FoldOptions = {}): Fold {
+export function foldEvents(
+  events: Iterable<StoredEvent | { seq: number; event: StoredEvent }>,
+  options: FoldOptions = {},
+): Fold {
   let snapshot = options.from;
   let step = snapshot ? pureStepper({ ...snapshot.context, startDeadline: null }) : undefined;
   let folded = 0;
@@ -88,7 +96,14 @@ export function foldEvents(events: Iterable<StoredEvent | { seq: number; event: 
     const event = toSessionEvent(stored);
     if (event === null) continue;
     const next = step!(snapshot, event);
-    if (options.trace) steps.push({ ...(seq !== undefined && { seq }), eventId: stored.id, event, from: snapshot.value, to: next.value });
+    if (options.trace)
+      steps.push({
+        ...(seq !== undefined && { seq }),
+        eventId: stored.id,
+        event,
+        from: snapshot.value,
+        to: next.value,
+      });
     snapshot = next;
   }
   if (snapshot === undefined) throw new Error('an empty log holds no conversation');

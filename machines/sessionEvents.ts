@@ -75,7 +75,13 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
     case 'command_output':
       return { type: 'command.finished', eventId, cause };
     case 'timeout':
-      return { type: 'deadline.passed', eventId, name: event.data.deadline, at: Date.parse(event.ts), reason: event.data.message };
+      return {
+        type: 'deadline.passed',
+        eventId,
+        name: event.data.deadline,
+        at: Date.parse(event.ts),
+        reason: event.data.message,
+      };
     case 'session_passivated':
       return { type: 'session.passivate', eventId, reason: event.data.reason };
     case 'session_rehydrated':

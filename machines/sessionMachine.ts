@@ -92,7 +92,11 @@ const stepping = (when: 'pendingCommandWasAgents', actions: readonly StepAction[
       reenter: true,
       actions: [...actions],
     },
-    { guard: and([when, 'hasBudgetLeft']), target: '#session.active.error', actions: [...actions, 'recordIterationLimit'] },
+    {
+      guard: and([when, 'hasBudgetLeft']),
+      target: '#session.active.error',
+      actions: [...actions, 'recordIterationLimit'],
+    },
     { guard: when, target: '#session.active.error', actions: [...actions, 'recordBudgetLimit'] },
   ] as const;
 
@@ -126,9 +130,13 @@ export const sessionMachine = setup({
       unreadMessage: true,
       lastMessageId: event.eventId,
       maxIterations:
-        context.iterations >= context.maxIterations ? context.iterations + context.iterationBudget : context.maxIterations,
+        context.iterations >= context.maxIterations
+          ? context.iterations + context.iterationBudget
+          : context.maxIterations,
       maxBudget:
-        context.maxBudget !== null && context.spent >= context.maxBudget ? context.spent + context.budget! : context.maxBudget,
+        context.maxBudget !== null && context.spent >= context.maxBudget
+          ? context.spent + context.budget!
+          : context.maxBudget,
     })),
     addCost: assign({ spent: ({ context, event }) => context.spent + (event.type === 'agent.usage' ? event.cost : 0) }),
     resetRetries: assign({ rateLimits: 0 }),
@@ -163,7 +171,9 @@ export const sessionMachine = setup({
     }),
     queueAgentCommand: assign({
       pendingCommand: ({ event }) =>
-        event.type === 'agent.run' ? { eventId: event.eventId, source: 'agent' as const, command: event.command } : null,
+        event.type === 'agent.run'
+          ? { eventId: event.eventId, source: 'agent' as const, command: event.command }
+          : null,
       stepCause: null,
     }),
     clearCommand: assign({ pendingCommand: null }),
@@ -173,7 +183,8 @@ export const sessionMachine = setup({
       deadline: null,
     }),
     recordIterationLimit: assign({
-      error: ({ context }) => `the agent reached its limit of ${context.maxIterations} iterations; send a message to let it go on`,
+      error: ({ context }) =>
+        `the agent reached its limit of ${context.maxIterations} iterations; send a message to let it go on`,
     }),
     recordBudgetLimit: assign({
       error: ({ context }) =>
@@ -188,7 +199,8 @@ export const sessionMachine = setup({
     }),
     waitForRetry: assign({
       rateLimits: ({ context }) => context.rateLimits + 1,
-      deadline: ({ event }) => (event.type === 'agent.rate_limited' ? { name: 'retry' as const, at: event.retryAt } : null),
+      deadline: ({ event }) =>
+        event.type === 'agent.rate_limited' ? { name: 'retry' as const, at: event.retryAt } : null,
       error: ({ event }) => ('reason' in event ? event.reason : null),
       stepCause: null,
     }),
@@ -212,7 +224,8 @@ export const sessionMachine = setup({
     needsConfirmation: ({ context, event }) => context.confirmationMode && event.type === 'agent.run' && event.risky,
     deadlinePassed: ({ context, event }) =>
       event.type === 'deadline.passed' && context.deadline?.name === event.name && event.at >= context.deadline.at,
-    wants: ({ event }, params: { state: AgentState }) => event.type === 'user.change_state' && event.state === params.state,
+    wants: ({ event }, params: { state: AgentState }) =>
+      event.type === 'user.change_state' && event.state === params.state,
     resumesIn: ({ context }, params: { state: AgentState }) => context.resumeState === params.state,
   },
 }).createMachine({
@@ -328,7 +341,11 @@ export const sessionMachine = setup({
                     target: '#session.active.error',
                     actions: ['endStep', 'resetRetries', 'recordBudgetLimit'],
                   },
-                  { guard: 'answersCurrentStep', target: '#session.active.awaiting_user_input', actions: ['endStep', 'resetRetries'] },
+                  {
+                    guard: 'answersCurrentStep',
+                    target: '#session.active.awaiting_user_input',
+                    actions: ['endStep', 'resetRetries'],
+                  },
                 ],
                 'agent.run': [
                   {
@@ -338,8 +355,16 @@ export const sessionMachine = setup({
                   },
                   { guard: 'answersCurrentStep', target: 'executing', actions: ['queueAgentCommand', 'resetRetries'] },
                 ],
-                'agent.finish': { guard: 'answersCurrentStep', target: '#session.active.finished', actions: ['endStep', 'resetRetries'] },
-                'agent.failed': { guard: 'answersCurrentStep', target: '#session.active.error', actions: 'recordFailure' },
+                'agent.finish': {
+                  guard: 'answersCurrentStep',
+                  target: '#session.active.finished',
+                  actions: ['endStep', 'resetRetries'],
+                },
+                'agent.failed': {
+                  guard: 'answersCurrentStep',
+                  target: '#session.active.error',
+                  actions: 'recordFailure',
+                },
                 'agent.usage': { actions: 'addCost' },
                 'agent.rate_limited': [
                   {
@@ -432,8 +457,16 @@ export const sessionMachine = setup({
           on: {
             'user.message': { actions: 'markUnread' },
             'deadline.passed': [
-              { guard: and(['deadlinePassed', 'hasIterationsLeft', 'hasBudgetLeft']), target: 'running.thinking', actions: 'clearDeadline' },
-              { guard: and(['deadlinePassed', 'hasBudgetLeft']), target: 'error', actions: ['clearDeadline', 'recordIterationLimit'] },
+              {
+                guard: and(['deadlinePassed', 'hasIterationsLeft', 'hasBudgetLeft']),
+                target: 'running.thinking',
+                actions: 'clearDeadline',
+              },
+              {
+                guard: and(['deadlinePassed', 'hasBudgetLeft']),
+                target: 'error',
+                actions: ['clearDeadline', 'recordIterationLimit'],
+              },
               { guard: 'deadlinePassed', target: 'error', actions: ['clearDeadline', 'recordBudgetLimit'] },
             ],
             'user.change_state': [{ guard: wants('paused'), target: 'paused', actions: 'clearDeadline' }, stops],
@@ -451,7 +484,11 @@ export const sessionMachine = setup({
             target: state === 'running' ? 'active.running' : `active.${state}`,
             actions: 'forgetState' as const,
           })),
-          { guard: resumesIn('awaiting_user_confirmation'), target: 'active.awaiting_user_confirmation', actions: 'forgetState' },
+          {
+            guard: resumesIn('awaiting_user_confirmation'),
+            target: 'active.awaiting_user_confirmation',
+            actions: 'forgetState',
+          },
           { guard: resumesIn('rate_limited'), target: 'active.rate_limited', actions: 'forgetState' },
           { target: 'active.awaiting_user_input', actions: 'forgetState' },
         ],

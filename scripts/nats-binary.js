@@ -32,7 +32,9 @@ export async function ensureNatsServer({ log = () => {}, env = process.env } = {
       env: aptEnv,
     });
   } catch (err) {
-    throw new Error(`apt-get install nats-server failed (${err instanceof Error ? err.message : err}). ${HOW_TO_INSTALL}`);
+    throw new Error(
+      `apt-get install nats-server failed (${err instanceof Error ? err.message : err}). ${HOW_TO_INSTALL}`,
+    );
   }
   const installed = findNatsServer(env);
   if (!installed) throw new Error(`apt-get finished but nats-server is still missing. ${HOW_TO_INSTALL}`);

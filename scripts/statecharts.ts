@@ -103,13 +103,15 @@ export function mermaidStateDiagram(machine: AnyStateMachine): string {
   const seen = new Map<string, string>();
   for (const node of nodes) {
     const other = seen.get(ids.get(node)!);
-    if (other !== undefined) throw new Error(`states ${other} and ${node.id} would share the Mermaid id ${ids.get(node)}`);
+    if (other !== undefined)
+      throw new Error(`states ${other} and ${node.id} would share the Mermaid id ${ids.get(node)}`);
     seen.set(ids.get(node)!, node.id);
   }
   const lines = ['stateDiagram-v2', `  [*] --> ${ids.get(machine.root)!}`];
   declare(machine.root, ids, '  ', lines);
   for (const t of nodes.flatMap(transitionsOf)) {
-    for (const target of t.targets) lines.push(`  ${ids.get(t.source)!} --> ${ids.get(target)!}: ${transitionLabel(t)}`);
+    for (const target of t.targets)
+      lines.push(`  ${ids.get(t.source)!} --> ${ids.get(target)!}: ${transitionLabel(t)}`);
   }
   return lines.join('\n');
 }
@@ -140,7 +142,13 @@ export function statesTable(machine: AnyStateMachine): string {
     const inPlace = transitionsOf(node)
       .filter((t) => t.targets.length === 0)
       .map((t) => (t.guard === undefined ? t.trigger : `${t.trigger} [${t.guard}]`));
-    const cells = [`\`${node.id}\``, tagsCell(node), node.description ?? '', code(onEntry), code([...new Set(inPlace)])];
+    const cells = [
+      `\`${node.id}\``,
+      tagsCell(node),
+      node.description ?? '',
+      code(onEntry),
+      code([...new Set(inPlace)]),
+    ];
     return `| ${cells.map(cell).join(' | ')} |`;
   });
   return [

@@ -57,7 +57,12 @@ export interface Config {
   tokens: Map<string, string>;
   jwtSecret: string | undefined;
   /** Set when an OpenAI-compatible endpoint is configured; the scripted agent answers otherwise. */
-  llm: { baseUrl: string; model: string; apiKey: string; pricing: { promptUsdPerMillion: number; completionUsdPerMillion: number } } | null;
+  llm: {
+    baseUrl: string;
+    model: string;
+    apiKey: string;
+    pricing: { promptUsdPerMillion: number; completionUsdPerMillion: number };
+  } | null;
 }
 
 export class ConfigError extends Error {
@@ -100,7 +105,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
             baseUrl: c.TETHER_LLM_BASE_URL,
             model: c.TETHER_LLM_MODEL,
             apiKey: c.TETHER_LLM_API_KEY ?? '',
-            pricing: { promptUsdPerMillion: c.TETHER_LLM_PRICE_PROMPT, completionUsdPerMillion: c.TETHER_LLM_PRICE_COMPLETION },
+            pricing: {
+              promptUsdPerMillion: c.TETHER_LLM_PRICE_PROMPT,
+              completionUsdPerMillion: c.TETHER_LLM_PRICE_COMPLETION,
+            },
           },
     limits: {
       closeDelayMs: c.TETHER_CLOSE_DELAY_MS,

@@ -9,7 +9,10 @@ export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
 const ORDER: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3, silent: 4 };
 
-export function jsonLogger(level: LogLevel = 'info', write: (line: string) => void = (l) => process.stderr.write(l)): Logger {
+export function jsonLogger(
+  level: LogLevel = 'info',
+  write: (line: string) => void = (l) => process.stderr.write(l),
+): Logger {
   const emit = (lvl: Exclude<LogLevel, 'silent' | 'debug'>, message: string, fields?: Record<string, unknown>) => {
     if (ORDER[lvl] < ORDER[level]) return;
     write(`${JSON.stringify({ ts: new Date().toISOString(), level: lvl, msg: message, ...fields })}\n`);

@@ -99,7 +99,16 @@ export class LlmAgent implements Agent {
     const completion = await this.#complete(messages, signal);
     const action = toAgentAction(completion.choices[0]!.message);
     const usage = this.#record(conversationId, completion);
-    return usage ? { ...action, usage: { prompt_tokens: usage.promptTokens, completion_tokens: usage.completionTokens, cost: usage.costUsd ?? 0 } } : action;
+    return usage
+      ? {
+          ...action,
+          usage: {
+            prompt_tokens: usage.promptTokens,
+            completion_tokens: usage.completionTokens,
+            cost: usage.costUsd ?? 0,
+          },
+        }
+      : action;
   }
 
   async #complete(messages: ChatMessage[], signal: AbortSignal | undefined): Promise<ChatCompletion> {
@@ -182,7 +191,8 @@ export class LlmAgent implements Agent {
       promptTokens,
       completionTokens,
       ...(pricing && {
-        costUsd: (promptTokens * pricing.promptUsdPerMillion + completionTokens * pricing.completionUsdPerMillion) / 1e6,
+        costUsd:
+          (promptTokens * pricing.promptUsdPerMillion + completionTokens * pricing.completionUsdPerMillion) / 1e6,
       }),
     };
     this.#lastUsage = usage;
@@ -208,7 +218,8 @@ function parseCompletion(text: string, redact: (text: string) => string): ChatCo
     throw new LlmResponseError(`the body is not JSON: ${JSON.stringify(clip(redact(text.trim()), 100))}`);
   }
   const parsed = ChatCompletion.safeParse(json);
-  if (!parsed.success) throw new LlmResponseError('it is not a chat completion with a message', { cause: parsed.error });
+  if (!parsed.success)
+    throw new LlmResponseError('it is not a chat completion with a message', { cause: parsed.error });
   return parsed.data;
 }
 

@@ -22,7 +22,11 @@ export class LlmAuthenticationError extends TetherError {
 export class LlmRateLimitError extends TetherError {
   readonly retryAfterMs: number;
   constructor(retryAfterMs: number, detail: string, options?: { cause?: unknown }) {
-    super('LLM_RATE_LIMITED', `the LLM endpoint is rate limiting${suffix(detail)}; retry in ${retryAfterMs} ms`, options);
+    super(
+      'LLM_RATE_LIMITED',
+      `the LLM endpoint is rate limiting${suffix(detail)}; retry in ${retryAfterMs} ms`,
+      options,
+    );
     this.retryAfterMs = retryAfterMs;
   }
 }

@@ -44,7 +44,9 @@ export const CHAT_TOOLS = [
   tool('run_command', 'Run one bash command in the workspace and get its exit code and output.', {
     command: stringParam('The command line, run by bash in the workspace.'),
   }),
-  tool('read_file', 'Read a text file of the workspace.', { path: stringParam('Path, relative to the workspace or absolute.') }),
+  tool('read_file', 'Read a text file of the workspace.', {
+    path: stringParam('Path, relative to the workspace or absolute.'),
+  }),
   tool('write_file', 'Create or replace a file with exactly this content; missing directories are created.', {
     path: stringParam('Path, relative to the workspace or absolute.'),
     content: stringParam('The whole new content of the file.'),
@@ -56,7 +58,7 @@ export const CHAT_TOOLS = [
 ];
 
 const SYSTEM_PROMPT = [
-  'You are the agent of a Tether conversation: you carry out the user\'s tasks in a workspace with a bash shell.',
+  "You are the agent of a Tether conversation: you carry out the user's tasks in a workspace with a bash shell.",
   'Act through the tools, one call per reply:',
   '- run_command runs a command; the shell persists between commands (working directory, variables).',
   '- read_file and write_file read or replace a file; they run as shell commands, so they appear as run_command calls in the history.',
@@ -83,7 +85,8 @@ export function toChatMessages(history: readonly StoredEvent[], options: ChatMes
   const outputs = new Map<number, EventOf<'command_output'>>();
   const agentCommands = new Set<number>();
   for (const event of history) {
-    if (event.type === 'command_output' && event.cause !== undefined && !outputs.has(event.cause)) outputs.set(event.cause, event);
+    if (event.type === 'command_output' && event.cause !== undefined && !outputs.has(event.cause))
+      outputs.set(event.cause, event);
     if (event.type === 'command' && event.source === 'agent') agentCommands.add(event.id);
   }
   let instructions: string | undefined;
@@ -95,15 +98,26 @@ export function toChatMessages(history: readonly StoredEvent[], options: ChatMes
         break;
       case 'message':
       case 'finish':
-        messages.push(event.source === 'agent' ? { role: 'assistant', content: event.data.content } : { role: 'user', content: event.data.content });
+        messages.push(
+          event.source === 'agent'
+            ? { role: 'assistant', content: event.data.content }
+            : { role: 'user', content: event.data.content },
+        );
         break;
       case 'command':
         if (event.source === 'agent') messages.push(...agentCommand(event, outputs.get(event.id), maxChars));
-        else messages.push({ role: 'user', content: `[workspace] I ran this command myself:\n${fenced(event.data.command)}` });
+        else
+          messages.push({
+            role: 'user',
+            content: `[workspace] I ran this command myself:\n${fenced(event.data.command)}`,
+          });
         break;
       case 'command_output':
         if (event.cause === undefined || !agentCommands.has(event.cause)) {
-          messages.push({ role: 'user', content: `[workspace] Result of my command ${inline(event.data.command)}:\n${describeOutput(event.data, maxChars)}` });
+          messages.push({
+            role: 'user',
+            content: `[workspace] Result of my command ${inline(event.data.command)}:\n${describeOutput(event.data, maxChars)}`,
+          });
         }
         break;
       default:
@@ -185,7 +199,10 @@ export function toAgentAction(message: AssistantReply): AgentAction {
     case 'read_file':
       return { type: 'run', command: readFileCommand(requireString(name, args, 'path')) };
     case 'write_file':
-      return { type: 'run', command: writeFileCommand(requireString(name, args, 'path'), requireString(name, args, 'content', true)) };
+      return {
+        type: 'run',
+        command: writeFileCommand(requireString(name, args, 'path'), requireString(name, args, 'content', true)),
+      };
     case 'ask_user':
       return { type: 'message', content: requireString(name, args, 'question') };
     case 'finish': {
@@ -197,7 +214,10 @@ export function toAgentAction(message: AssistantReply): AgentAction {
   }
 }
 
-function toolArguments(name: string, raw: string | Record<string, unknown> | null | undefined): Record<string, unknown> {
+function toolArguments(
+  name: string,
+  raw: string | Record<string, unknown> | null | undefined,
+): Record<string, unknown> {
   if (raw === null || raw === undefined || raw === '') return {};
   if (typeof raw !== 'string') return raw;
   let parsed: unknown;
@@ -234,7 +254,8 @@ export function readFileCommand(path: string): string {
  * nothing, and a quoted word has no delimiter the content could collide with.
  */
 export function writeFileCommand(path: string, content: string): string {
-  if (content.includes('\0')) throw new LlmResponseError('write_file content contains a NUL character, which a shell word cannot hold');
+  if (content.includes('\0'))
+    throw new LlmResponseError('write_file content contains a NUL character, which a shell word cannot hold');
   const target = shellQuote(path);
   return `mkdir -p -- "$(dirname -- ${target})" && printf '%s' ${shellQuote(content)} > ${target}`;
 }

@@ -1,7 +1,9 @@
 import type { StoredEvent } from '../protocol/index.ts';
 import type { Agent, AgentAction, AgentMove, AgentStepInput } from './agent.ts';
 
-type ReplayAction = NonNullable<Extract<StoredEvent, { type: 'conversation_created' }>['data']['replay_actions']>[number];
+type ReplayAction = NonNullable<
+  Extract<StoredEvent, { type: 'conversation_created' }>['data']['replay_actions']
+>[number];
 
 /** The agent's actions of a recorded trajectory (events as `GET /api/conversations/:id/events` gives them), in order. */
 export function trajectoryActions(events: readonly StoredEvent[]): ReplayAction[] {
@@ -32,7 +34,9 @@ export function replayable(live: Agent): Agent {
         const next = recorded[taken];
         if (next?.type === 'message') {
           const { content, wait_for_response } = next;
-          return wait_for_response === false ? { type: 'message', content, waitForResponse: false } : { type: 'message', content };
+          return wait_for_response === false
+            ? { type: 'message', content, waitForResponse: false }
+            : { type: 'message', content };
         }
         if (next) return next satisfies AgentMove;
       }

@@ -11,13 +11,25 @@ export const HIGH_RISK_RULES: ReadonlyArray<{ rule: string; pattern: RegExp }> =
   { rule: 'recursive or forced delete (rm -r, rm -f)', pattern: /\brm\s+(-[a-zA-Z]*[rRf]|--recursive|--force)/ },
   { rule: 'runs as another user (sudo, su, doas)', pattern: /(^|[;&|(]\s*)(sudo|su|doas)\s/ },
   { rule: 'pipes a download into a shell (curl … | sh)', pattern: /\b(curl|wget)\b[^|]*\|\s*(ba|z|da)?sh\b/ },
-  { rule: 'writes raw disks or makes filesystems (dd of=, mkfs, > /dev/sd…)', pattern: /\bdd\b.*\bof=|\bmkfs(\.\w+)?\b|>\s*\/dev\/(sd|nvme|hd|disk)/ },
+  {
+    rule: 'writes raw disks or makes filesystems (dd of=, mkfs, > /dev/sd…)',
+    pattern: /\bdd\b.*\bof=|\bmkfs(\.\w+)?\b|>\s*\/dev\/(sd|nvme|hd|disk)/,
+  },
   { rule: 'opens permissions wide (chmod 777, chmod -R)', pattern: /\bchmod\s+(-[a-zA-Z]*R|[0-7]*777)/ },
-  { rule: 'rewrites shared history (git push --force, git reset --hard)', pattern: /\bgit\s+push\b.*(--force|-f\b)|\bgit\s+reset\s+--hard\b/ },
-  { rule: 'stops the machine (shutdown, reboot, halt, poweroff)', pattern: /(^|[\s;&|])(shutdown|reboot|halt|poweroff)\b/ },
+  {
+    rule: 'rewrites shared history (git push --force, git reset --hard)',
+    pattern: /\bgit\s+push\b.*(--force|-f\b)|\bgit\s+reset\s+--hard\b/,
+  },
+  {
+    rule: 'stops the machine (shutdown, reboot, halt, poweroff)',
+    pattern: /(^|[\s;&|])(shutdown|reboot|halt|poweroff)\b/,
+  },
   { rule: 'kills every process (kill -9 -1, killall)', pattern: /\bkill\s+-\w+\s+-1\b|\bkillall\b|\bpkill\b/ },
   { rule: 'a fork bomb', pattern: /:\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:/ },
-  { rule: 'touches files outside the workspace by absolute path under /etc, /usr, /boot, /root', pattern: /(^|[\s>])\/(etc|usr|boot|root)\// },
+  {
+    rule: 'touches files outside the workspace by absolute path under /etc, /usr, /boot, /root',
+    pattern: /(^|[\s>])\/(etc|usr|boot|root)\//,
+  },
 ];
 
 /** The rule a command breaks, or undefined when it is rated low. */

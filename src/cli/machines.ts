@@ -43,7 +43,9 @@ function paramsText(params: unknown): string {
   const text = (value: unknown) => (typeof value === 'string' ? value : JSON.stringify(value));
   if (typeof params !== 'object' || params === null) return text(params);
   const entries = Object.entries(params);
-  return entries.length === 1 ? text(entries[0]![1]) : entries.map(([key, value]) => `${key}: ${text(value)}`).join(', ');
+  return entries.length === 1
+    ? text(entries[0]![1])
+    : entries.map(([key, value]) => `${key}: ${text(value)}`).join(', ');
 }
 
 /** `name` or `name(params)` for a named guard or action given as a string or `{type, params}`. */
@@ -207,7 +209,6 @@ Each config is a createMachine() config: paste it into createMachine(...) in the
 Stately editor (stately.ai) to see and simulate the machine.
   --id ID     write only that machine's config (ready to paste)
   --out FILE  write to FILE instead of stdout`;
-
 
 /** `tether machines`: resolves with the exit code. */
 export async function machinesCommand(argv: string[], io: CliIO = processIO): Promise<number> {

@@ -18,7 +18,6 @@ agent state and context.
 Reads NATS_URL, or the embedded store under TETHER_DATA_DIR (joining a
 running Tether's nats-server, or starting one just for the read).`;
 
-
 /** One line of the replay: a stored event and the transition it caused, if any. */
 export interface ReplayStep {
   seq: number;
@@ -74,7 +73,10 @@ export function replayReport(
 ): ReplayReport {
   const [first] = logged;
   if (first === undefined) throw new Error(`conversation ${conversationId}: no events to fold`);
-  const fold = foldEvents(logged.map((l) => l.event), { trace: true });
+  const fold = foldEvents(
+    logged.map((l) => l.event),
+    { trace: true },
+  );
   const transitions = new Map(fold.steps.map((step) => [step.event.eventId, step]));
   if (transitions.size !== fold.steps.length) throw new Error('two machine events name the same stored event id');
   const initial = foldEvents([first.event]).snapshot.value;
@@ -88,7 +90,8 @@ export function replayReport(
     return { ...base, event: null, from: null, to: null, ...recorded };
   });
   const [orphan] = transitions.values();
-  if (orphan) throw new Error(`machine event ${orphan.event.type} names event id ${orphan.event.eventId}, not in the log`);
+  if (orphan)
+    throw new Error(`machine event ${orphan.event.type} names event id ${orphan.event.eventId}, not in the log`);
   const { snapshot } = fold;
   return {
     conversation_id: conversationId,
@@ -178,7 +181,8 @@ function parseReplayArgs(argv: string[]): ReplayArgs | { help: true } | string {
   if (values.help) return { help: true };
   if (positionals.length !== 1) return 'give exactly one conversation id';
   const conversationId = positionals[0]!;
-  if (!ConversationId.safeParse(conversationId).success) return `invalid conversation id ${JSON.stringify(conversationId)}`;
+  if (!ConversationId.safeParse(conversationId).success)
+    return `invalid conversation id ${JSON.stringify(conversationId)}`;
   let at: number | undefined;
   if (values.at !== undefined) {
     at = Number(values.at);
@@ -190,7 +194,11 @@ function parseReplayArgs(argv: string[]): ReplayArgs | { help: true } | string {
 }
 
 /** `tether replay`: resolves with the exit code (2 for bad arguments, 1 for any other failure). */
-export async function replay(argv: string[], env: NodeJS.ProcessEnv = process.env, io: CliIO = processIO): Promise<number> {
+export async function replay(
+  argv: string[],
+  env: NodeJS.ProcessEnv = process.env,
+  io: CliIO = processIO,
+): Promise<number> {
   const args = parseReplayArgs(argv);
   if (typeof args === 'string') {
     io.stderr(`tether replay: ${args}\n${USAGE.split('\n')[0]}\n`);

@@ -62,14 +62,18 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   let natsReady = true;
   let closing = false;
   watchConnection(nc, (connected) => {
-    if (connected !== natsReady && !closing) logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
+    if (connected !== natsReady && !closing)
+      logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
     natsReady = connected;
   });
   const log = await jetStreamEventLog(nc);
   const conversations = await kvConversationStore(nc);
   const snapshots = await kvSnapshotStore(nc);
   const agent = config.llm ? llmAgent(config.llm) : scriptedAgent({ delayMs: config.agentDelayMs });
-  logger.info('agent', config.llm ? { kind: 'llm', base_url: config.llm.baseUrl, model: config.llm.model } : { kind: 'scripted' });
+  logger.info(
+    'agent',
+    config.llm ? { kind: 'llm', base_url: config.llm.baseUrl, model: config.llm.model } : { kind: 'scripted' },
+  );
   const manager = new SessionManager({
     log,
     conversations,

@@ -67,7 +67,9 @@ export const StoredEvent = z
         wait_for_response: z
           .literal(false)
           .optional()
-          .describe("Only on an agent's message: false when the agent goes on with another step instead of waiting for the user."),
+          .describe(
+            "Only on an agent's message: false when the agent goes on with another step instead of waiting for the user.",
+          ),
       }),
     }),
     z.object({

@@ -21,11 +21,5 @@ export {
   MAX_COMMAND_CHARS,
   type StatusFrame,
 } from './frames.ts';
-export {
-  CreateConversationBody,
-  ActionBody,
-  EventsQuery,
-  ConversationInfo,
-  DEFAULT_MAX_ITERATIONS,
-} from './rest.ts';
+export { CreateConversationBody, ActionBody, EventsQuery, ConversationInfo, DEFAULT_MAX_ITERATIONS } from './rest.ts';
 export { eventBytes } from './eventJson.ts';

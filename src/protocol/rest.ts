@@ -15,7 +15,10 @@ export const CreateConversationBody = z
     secrets: z
       .record(
         z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'secret names are environment variable names'),
-        z.string().min(4, 'a secret value has at least 4 characters (shorter ones cannot be masked safely)').max(10_000),
+        z
+          .string()
+          .min(4, 'a secret value has at least 4 characters (shorter ones cannot be masked safely)')
+          .max(10_000),
       )
       .default({}),
     instructions: z.string().max(MAX_MESSAGE_CHARS).optional(),

@@ -1,11 +1,4 @@
-export type {
-  Runtime,
-  RuntimeProvider,
-  RuntimeOptions,
-  RunOptions,
-  RuntimeExit,
-  CommandResult,
-} from './runtime.ts';
+export type { Runtime, RuntimeProvider, RuntimeOptions, RunOptions, RuntimeExit, CommandResult } from './runtime.ts';
 export { RuntimeDeadError } from './errors.ts';
 export {
   LocalRuntime,

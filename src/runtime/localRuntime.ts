@@ -6,14 +6,7 @@ import { join } from 'node:path';
 import { ConversationId } from '../protocol/index.ts';
 import { RuntimeDeadError } from './errors.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
-import type {
-  CommandResult,
-  RunOptions,
-  Runtime,
-  RuntimeExit,
-  RuntimeOptions,
-  RuntimeProvider,
-} from './runtime.ts';
+import type { CommandResult, RunOptions, Runtime, RuntimeExit, RuntimeOptions, RuntimeProvider } from './runtime.ts';
 
 export interface LocalRuntimeProviderOptions {
   /** Each conversation works in `<workspaceRoot>/<conversationId>`, created if missing. */
@@ -122,7 +115,9 @@ export class LocalRuntime implements Runtime {
 
   start(): Promise<void> {
     if (this.state === 'stopped' || this.state === 'dead') {
-      return Promise.reject(new RuntimeDeadError(`runtime of ${this.conversationId} is ${this.state}; create a new one`));
+      return Promise.reject(
+        new RuntimeDeadError(`runtime of ${this.conversationId} is ${this.state}; create a new one`),
+      );
     }
     this.starting ??= this.boot();
     return this.starting;
@@ -148,7 +143,8 @@ export class LocalRuntime implements Runtime {
   private async boot(): Promise<void> {
     this.state = 'starting';
     await mkdir(this.workspace, { recursive: true });
-    if (this.state !== 'starting') throw new RuntimeDeadError(`runtime of ${this.conversationId} was stopped while starting`);
+    if (this.state !== 'starting')
+      throw new RuntimeDeadError(`runtime of ${this.conversationId} was stopped while starting`);
     this.spawnShell();
     const ready = await this.enqueue(':', START_TIMEOUT_MS);
     if (ready.exit_code !== 0) {
@@ -170,7 +166,10 @@ export class LocalRuntime implements Runtime {
       if (!child?.pid || this.state !== 'alive') return;
       const state = processState(child.pid);
       if (state === 'T' || state === 't' || state === 'Z' || state === 'X') {
-        this.die({ code: null, signal: state === 'Z' || state === 'X' ? 'SIGKILL' : 'SIGSTOP' }, new Error(`the shell stopped answering (process state ${state})`));
+        this.die(
+          { code: null, signal: state === 'Z' || state === 'X' ? 'SIGKILL' : 'SIGSTOP' },
+          new Error(`the shell stopped answering (process state ${state})`),
+        );
       }
     }, LIVENESS_MS);
     this.watchdog.unref();

@@ -25,7 +25,11 @@ export class MemoryRuntime implements Runtime {
 
   readonly #startDelayMs: number;
 
-  constructor(conversationId: string, handler: CommandHandler, options: RuntimeOptions & { startDelayMs?: number } = {}) {
+  constructor(
+    conversationId: string,
+    handler: CommandHandler,
+    options: RuntimeOptions & { startDelayMs?: number } = {},
+  ) {
     this.conversationId = conversationId;
     this.workspace = `memory:${conversationId}`;
     this.#handler = handler;
@@ -47,9 +51,11 @@ export class MemoryRuntime implements Runtime {
     if (!this.#alive) throw new RuntimeDeadError('the runtime is not running');
     return new Promise<CommandResult>((resolve, reject) => {
       this.#rejectRunning = reject;
-      Promise.resolve(this.#handler(command, this.#env)).then(resolve, reject).finally(() => {
-        this.#rejectRunning = null;
-      });
+      Promise.resolve(this.#handler(command, this.#env))
+        .then(resolve, reject)
+        .finally(() => {
+          this.#rejectRunning = null;
+        });
     });
   }
 
@@ -78,7 +84,10 @@ export interface MemoryRuntimeProvider extends RuntimeProvider {
 }
 
 /** `startDelayMs`: how long each runtime takes to start (Infinity-like values: it never does in practice). */
-export function memoryRuntimeProvider(handler: CommandHandler = echoHandler, options: { startDelayMs?: number } = {}): MemoryRuntimeProvider {
+export function memoryRuntimeProvider(
+  handler: CommandHandler = echoHandler,
+  options: { startDelayMs?: number } = {},
+): MemoryRuntimeProvider {
   const created: MemoryRuntime[] = [];
   return {
     created,

@@ -44,7 +44,10 @@ function bearer(req: IncomingMessage): string | undefined {
 /** Parses `token:user,token:user`; throws on a malformed entry. */
 export function parseTokens(spec: string | undefined): Map<string, string> {
   const tokens = new Map<string, string>();
-  for (const entry of (spec ?? '').split(',').map((e) => e.trim()).filter(Boolean)) {
+  for (const entry of (spec ?? '')
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)) {
     const at = entry.indexOf(':');
     if (at <= 0 || at === entry.length - 1) throw new Error(`TETHER_TOKENS: "${entry.slice(0, 3)}…" is not token:user`);
     tokens.set(entry.slice(0, at), entry.slice(at + 1));

@@ -82,7 +82,12 @@ export class ClientConnection implements FeedListener {
    * stored meanwhile is either in the history read or in the buffer. Then
    * `sync`, the history in pages, the buffer, and the frames that waited.
    */
-  async start(conversationId: string, user: string, afterSeq: number, session: Pick<Session, 'lastSeq' | 'state'>): Promise<void> {
+  async start(
+    conversationId: string,
+    user: string,
+    afterSeq: number,
+    session: Pick<Session, 'lastSeq' | 'state'>,
+  ): Promise<void> {
     const ws = this.#ws;
     this.#conversationId = conversationId;
     this.#user = user;
@@ -122,7 +127,11 @@ export class ClientConnection implements FeedListener {
       // Over the rate: the frame is dropped with an error; a client that keeps going is closed.
       this.#refused += 1;
       if (this.#refused > (this.#options.frameBurst ?? 200)) return this.#ws.close(CLOSE.policy, 'too many frames');
-      return send(this.#ws, { type: 'error', code: 'RATE_LIMITED', message: 'too many frames: this one was dropped, slow down' });
+      return send(this.#ws, {
+        type: 'error',
+        code: 'RATE_LIMITED',
+        message: 'too many frames: this one was dropped, slow down',
+      });
     }
     this.#refused = 0;
     if (this.#early) this.#early.push([data, isBinary]);
@@ -171,7 +180,8 @@ export class ClientConnection implements FeedListener {
       await this.#options.manager.act(this.#conversationId, this.#user, frame.action, frame.client_id);
     } catch (err) {
       const pub = toPublicError(err);
-      if (pub.status >= 500) this.#options.logger.error('action failed', { conversation_id: this.#conversationId, ...errorFields(err) });
+      if (pub.status >= 500)
+        this.#options.logger.error('action failed', { conversation_id: this.#conversationId, ...errorFields(err) });
       send(this.#ws, { type: 'error', code: pub.code, message: pub.message });
     }
   }
@@ -205,12 +215,20 @@ function parseFrame(ws: WebSocket, data: RawData, isBinary: boolean): ClientFram
   } catch {
     return fail('BAD_JSON', 'the frame is not valid JSON');
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value) || typeof (value as { type?: unknown }).type !== 'string') {
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    Array.isArray(value) ||
+    typeof (value as { type?: unknown }).type !== 'string'
+  ) {
     return fail('BAD_FRAME', 'every frame is a JSON object with a string "type"');
   }
   const type = (value as { type: string }).type;
   if (!CLIENT_FRAME_TYPES.has(type)) {
-    return fail('UNKNOWN_FRAME_TYPE', `unknown frame type ${JSON.stringify(type.slice(0, 64))}: expected user_action or ping`);
+    return fail(
+      'UNKNOWN_FRAME_TYPE',
+      `unknown frame type ${JSON.stringify(type.slice(0, 64))}: expected user_action or ping`,
+    );
   }
   const parsed = ClientFrame.safeParse(value);
   return parsed.success ? parsed.data : fail('BAD_FRAME', formatZodError(parsed.error));
@@ -243,4 +261,3 @@ function rawText(data: RawData): string {
   if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
   return Buffer.from(data).toString('utf8');
 }
-

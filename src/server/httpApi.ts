@@ -27,7 +27,8 @@ type Handler = (ctx: Ctx) => Promise<{ status: number; body?: unknown }>;
 /** The REST routes of the contract. Parses and routes; the session manager decides. */
 export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const { manager } = options;
-  const readJson = <T>(req: IncomingMessage, schema: ZodType<T>) => readBody(req, options.maxBodyBytes).then((b) => parseJson(b, schema));
+  const readJson = <T>(req: IncomingMessage, schema: ZodType<T>) =>
+    readBody(req, options.maxBodyBytes).then((b) => parseJson(b, schema));
   const routes: Array<[method: string, pattern: RegExp, handler: Handler]> = [
     ['GET', /^\/healthz$/, async () => ({ status: 200, body: { ok: true } })],
     [
@@ -41,10 +42,17 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
     [
       'POST',
       /^\/api\/conversations$/,
-      async ({ req, user }) => ({ status: 201, body: await manager.create(user, await readJson(req, CreateConversationBody)) }),
+      async ({ req, user }) => ({
+        status: 201,
+        body: await manager.create(user, await readJson(req, CreateConversationBody)),
+      }),
     ],
     ['GET', /^\/api\/conversations$/, async ({ user }) => ({ status: 200, body: { items: await manager.list(user) } })],
-    ['GET', /^\/api\/conversations\/([^/]+)$/, async ({ user, params }) => ({ status: 200, body: await manager.info(params[0]!, user) })],
+    [
+      'GET',
+      /^\/api\/conversations\/([^/]+)$/,
+      async ({ user, params }) => ({ status: 200, body: await manager.info(params[0]!, user) }),
+    ],
     [
       'GET',
       /^\/api\/conversations\/([^/]+)\/events$/,
@@ -114,7 +122,10 @@ function send(res: ServerResponse, status: number, body?: unknown): void {
     return;
   }
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+  });
   res.end(text);
 }
 

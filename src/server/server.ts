@@ -12,7 +12,12 @@ export interface TetherServerOptions {
   maxFrameBytes: number;
   maxBodyBytes: number;
   maxPendingBytes?: number;
-  ws?: { framesPerSecond?: number; frameBurst?: number; maxConnectionsPerConversation?: number; pingIntervalMs?: number };
+  ws?: {
+    framesPerSecond?: number;
+    frameBurst?: number;
+    maxConnectionsPerConversation?: number;
+    pingIntervalMs?: number;
+  };
   /** Whether the server can serve (its event store is reachable), for `/readyz`. */
   ready?: () => boolean | Promise<boolean>;
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */

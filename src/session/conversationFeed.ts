@@ -22,7 +22,8 @@ export class ConversationFeed {
     listeners.add(listener);
     return () => {
       listeners.delete(listener);
-      if (listeners.size === 0 && this.#rooms.get(conversationId)?.listeners === listeners) this.#rooms.delete(conversationId);
+      if (listeners.size === 0 && this.#rooms.get(conversationId)?.listeners === listeners)
+        this.#rooms.delete(conversationId);
     };
   }
 

@@ -26,13 +26,16 @@ export class DeadlineTimer {
 
   #schedule(deadline: Deadline): void {
     const delay = deadline.at - this.#clock().getTime();
-    this.#timer = setTimeout(() => {
-      this.#timer = null;
-      // Timers may wake a little early against the wall clock: the machine only
-      // accepts the deadline's event stamped at or after it.
-      if (deadline.at > this.#clock().getTime()) this.#schedule(deadline);
-      else this.#fire(deadline);
-    }, Math.min(Math.max(0, delay), 2 ** 31 - 1));
+    this.#timer = setTimeout(
+      () => {
+        this.#timer = null;
+        // Timers may wake a little early against the wall clock: the machine only
+        // accepts the deadline's event stamped at or after it.
+        if (deadline.at > this.#clock().getTime()) this.#schedule(deadline);
+        else this.#fire(deadline);
+      },
+      Math.min(Math.max(0, delay), 2 ** 31 - 1),
+    );
     this.#timer.unref();
   }
 

@@ -2,7 +2,10 @@ import { agentStateOf, type SessionEvent, type SessionSnapshot } from '../../mac
 import type { NewEvent } from '../protocol/index.ts';
 
 /** The `agent_state_changed` fact a transition produces, or null when the agent state stayed. */
-export function stateFact(before: SessionSnapshot, after: SessionSnapshot): Extract<NewEvent, { type: 'agent_state_changed' }> | null {
+export function stateFact(
+  before: SessionSnapshot,
+  after: SessionSnapshot,
+): Extract<NewEvent, { type: 'agent_state_changed' }> | null {
   const state = agentStateOf(after);
   if (state === agentStateOf(before)) return null;
   const reason = state === 'error' || state === 'rate_limited' ? after.context.error : null;

@@ -18,7 +18,11 @@ export interface LoadedState {
  * log when there is no usable snapshot. Pure folding: no effect runs.
  * Returns undefined for a conversation with no events.
  */
-export async function loadSessionState(log: EventLog, snapshots: SnapshotStore, conversationId: string): Promise<LoadedState | undefined> {
+export async function loadSessionState(
+  log: EventLog,
+  snapshots: SnapshotStore,
+  conversationId: string,
+): Promise<LoadedState | undefined> {
   const record = await snapshots.get(conversationId);
   const base = record && record.machine_version === SESSION_MACHINE_VERSION ? restore(record) : undefined;
   if (record && base) {
@@ -96,6 +100,7 @@ export function wasMidTask(last: LoggedEvent | undefined): boolean {
   if (!last) return false;
   const event = last.event;
   if (event.type === 'agent_state_changed') return !IDLE_STATES.has(event.data.state);
-  if (event.type === 'session_passivated') return event.data.reason === 'shutdown' && !IDLE_STATES.has(event.data.state);
+  if (event.type === 'session_passivated')
+    return event.data.reason === 'shutdown' && !IDLE_STATES.has(event.data.state);
   return event.type !== 'session_closed';
 }

@@ -26,7 +26,8 @@ export const TOO_MANY_CONVERSATIONS: StatusFrame = {
   type: 'status',
   level: 'error',
   id: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
-  message: 'Too many conversations are running for this user: this one was paused and left memory. Send a message to resume it.',
+  message:
+    'Too many conversations are running for this user: this one was paused and left memory. Send a message to resume it.',
 };
 
 /**
@@ -48,7 +49,10 @@ export class PassivationPolicy {
 
   /** Sweeps at a quarter of the shortest idle delay (at most once a second). */
   start(): void {
-    const every = Math.max(50, Math.min(1000, Math.floor(Math.min(this.#limits.closeDelayMs, this.#limits.idleMs) / 4)));
+    const every = Math.max(
+      50,
+      Math.min(1000, Math.floor(Math.min(this.#limits.closeDelayMs, this.#limits.idleMs) / 4)),
+    );
     this.#timer = setInterval(() => this.sweep(), every);
     this.#timer.unref();
   }

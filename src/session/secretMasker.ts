@@ -28,7 +28,6 @@ export function secretMasker(secrets: Iterable<string>): Masker {
   return <T>(value: T) => mask(value) as T;
 }
 
-
 /** Log lines never carry a secret value in clear, whichever conversation it belongs to. */
 export function maskingLogger(base: Logger, secrets: () => Iterable<Record<string, string>>): Logger {
   const masked = (fields?: Record<string, unknown>) => {
@@ -42,4 +41,3 @@ export function maskingLogger(base: Logger, secrets: () => Iterable<Record<strin
     error: (m, f) => base.error(m, masked(f)),
   };
 }
-

@@ -106,7 +106,11 @@ export class Session {
   }
 
   /** A new conversation: stores its creation record, then starts the machine. */
-  static async create(conversationId: string, deps: SessionDeps, created: Extract<NewEvent, { type: 'conversation_created' }>): Promise<Session> {
+  static async create(
+    conversationId: string,
+    deps: SessionDeps,
+    created: Extract<NewEvent, { type: 'conversation_created' }>,
+  ): Promise<Session> {
     const session = new Session(conversationId, deps);
     await session.submit(created);
     return session;
@@ -117,7 +121,13 @@ export class Session {
    * starts again what it was waiting for: a pending agent step is retried, a
    * command that was running when the process died is reported as interrupted.
    */
-  static async restore(conversationId: string, deps: SessionDeps, state: RestoredState, from: 'snapshot' | 'log', folded: number): Promise<Session> {
+  static async restore(
+    conversationId: string,
+    deps: SessionDeps,
+    state: RestoredState,
+    from: 'snapshot' | 'log',
+    folded: number,
+  ): Promise<Session> {
     const session = new Session(conversationId, deps, state);
     const wasPassivated = state.snapshot.matches('passivated');
     await session.#mailboxed(() => session.#repairStateFact(state.recordedState));
@@ -286,8 +296,13 @@ export class Session {
     } catch (err) {
       const reason = err instanceof VersionConflictError ? 'another writer appended to it' : 'the event log failed';
       this.#markClosed(reason);
-      this.#deps.logger.error('append failed; session closed', { conversation_id: this.conversationId, ...errorFields(err) });
-      throw err instanceof VersionConflictError ? new SessionClosedError(this.conversationId, reason, { cause: err }) : err;
+      this.#deps.logger.error('append failed; session closed', {
+        conversation_id: this.conversationId,
+        ...errorFields(err),
+      });
+      throw err instanceof VersionConflictError
+        ? new SessionClosedError(this.conversationId, reason, { cause: err })
+        : err;
     }
   }
 
@@ -311,7 +326,9 @@ export class Session {
   async #repairStateFact(recorded: AgentState | undefined): Promise<void> {
     const state = this.state;
     if (recorded === undefined || recorded === state) return;
-    await this.#append(this.#stamp({ source: 'environment', type: 'agent_state_changed', data: { state } }, this.#nextEventId));
+    await this.#append(
+      this.#stamp({ source: 'environment', type: 'agent_state_changed', data: { state } }, this.#nextEventId),
+    );
   }
 
   async #writeSnapshot(): Promise<void> {

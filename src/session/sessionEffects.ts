@@ -1,7 +1,13 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Deadline, PendingCommand, SessionSnapshot } from '../../machines/index.ts';
-import { LlmAuthenticationError, LlmRateLimitError, rateCommand, type Agent, type AgentAction } from '../agent/index.ts';
+import {
+  LlmAuthenticationError,
+  LlmRateLimitError,
+  rateCommand,
+  type Agent,
+  type AgentAction,
+} from '../agent/index.ts';
 import { TetherError } from '../errors.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { NewEvent, StatusFrame, StoredEvent } from '../protocol/index.ts';
@@ -45,7 +51,11 @@ const STATUS = {
   connected: { level: 'info', id: 'STATUS$RUNTIME_CONNECTED', message: 'The runtime is ready.' },
   failed: { level: 'error', id: 'STATUS$ERROR_RUNTIME_DISCONNECTED', message: 'The runtime is not available.' },
   llmAuthentication: { level: 'error', id: 'STATUS$ERROR_LLM_AUTHENTICATION', message: 'The LLM refused the API key.' },
-  rateLimited: { level: 'warning', id: 'STATUS$LLM_RATE_LIMITED', message: 'The LLM is rate limiting; the step is tried again shortly.' },
+  rateLimited: {
+    level: 'warning',
+    id: 'STATUS$LLM_RATE_LIMITED',
+    message: 'The LLM is rate limiting; the step is tried again shortly.',
+  },
 } as const satisfies Record<string, Omit<StatusFrame, 'type'>>;
 
 /**
@@ -98,7 +108,9 @@ export class SessionEffects {
     }
     const pending = snapshot.context.pendingCommand;
     if (pending && snapshot.matches({ active: { running: 'executing' } })) {
-      this.#spawn(() => this.#host.submit(this.interrupted(pending, 'the server stopped before this command finished')));
+      this.#spawn(() =>
+        this.#host.submit(this.interrupted(pending, 'the server stopped before this command finished')),
+      );
     }
   }
 
@@ -107,7 +119,13 @@ export class SessionEffects {
     return {
       source: 'environment',
       type: 'command_output',
-      data: { command: pending.command, exit_code: null, output: `interrupted: ${why}; it was not run again`, timed_out: false, truncated: false },
+      data: {
+        command: pending.command,
+        exit_code: null,
+        output: `interrupted: ${why}; it was not run again`,
+        timed_out: false,
+        truncated: false,
+      },
       cause: pending.eventId,
     };
   }
@@ -158,10 +176,16 @@ export class SessionEffects {
       .catch((err) => {
         if (err instanceof IllegalTransitionError || err instanceof SessionClosedError) {
           // Expected after a stop or a close: the result of an abandoned effect is refused.
-          this.#deps.logger.info('effect result dropped', { conversation_id: this.#host.conversationId, reason: err.message });
+          this.#deps.logger.info('effect result dropped', {
+            conversation_id: this.#host.conversationId,
+            reason: err.message,
+          });
           return;
         }
-        this.#deps.logger.error('session effect failed', { conversation_id: this.#host.conversationId, ...errorFields(err) });
+        this.#deps.logger.error('session effect failed', {
+          conversation_id: this.#host.conversationId,
+          ...errorFields(err),
+        });
       });
   }
 
@@ -193,7 +217,11 @@ export class SessionEffects {
       if (this.#abort.signal.aborted) return null;
       this.#status(STATUS.failed);
       const message = `the runtime failed to start: ${errorFields(err).error}`;
-      await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'disconnected', message } });
+      await this.#host.submit({
+        source: 'environment',
+        type: 'runtime_status',
+        data: { status: 'disconnected', message },
+      });
       return null;
     }
     this.#runtime = runtime;
@@ -209,14 +237,20 @@ export class SessionEffects {
    */
   async #setUpWorkspace(runtime: Runtime): Promise<void> {
     if (!existsSync(join(runtime.workspace, SETUP_SCRIPT))) return;
-    const result = await runtime.run(`bash ${SETUP_SCRIPT}`, { timeoutMs: this.#deps.commandTimeoutMs, signal: this.#abort.signal });
+    const result = await runtime.run(`bash ${SETUP_SCRIPT}`, {
+      timeoutMs: this.#deps.commandTimeoutMs,
+      signal: this.#abort.signal,
+    });
     if (result.exit_code === 0) return;
     const how = result.timed_out ? 'timed out' : `exit ${result.exit_code}`;
     throw new Error(`the workspace set-up script ${SETUP_SCRIPT} failed (${how}): ${result.output.slice(-500)}`);
   }
 
   /** One step of a runtime's start: a stored status and a transient status frame. */
-  async #step(status: 'starting' | 'connecting' | 'setting_up' | 'connected', frame: Omit<StatusFrame, 'type'>): Promise<void> {
+  async #step(
+    status: 'starting' | 'connecting' | 'setting_up' | 'connected',
+    frame: Omit<StatusFrame, 'type'>,
+  ): Promise<void> {
     await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status } });
     this.#status(frame);
   }
@@ -315,11 +349,19 @@ function agentEvent(action: AgentAction, cause: number): NewEvent {
       return {
         source: 'agent',
         type: 'message',
-        data: action.waitForResponse === false ? { content: action.content, wait_for_response: false } : { content: action.content },
+        data:
+          action.waitForResponse === false
+            ? { content: action.content, wait_for_response: false }
+            : { content: action.content },
         cause,
       };
     case 'run':
-      return { source: 'agent', type: 'command', data: { command: action.command, risk: rateCommand(action.command) }, cause };
+      return {
+        source: 'agent',
+        type: 'command',
+        data: { command: action.command, risk: rateCommand(action.command) },
+        cause,
+      };
     case 'finish':
       return { source: 'agent', type: 'finish', data: { content: action.content }, cause };
   }

@@ -114,7 +114,11 @@ export class SessionManager {
       },
     });
     this.#live.set(conversationId, session);
-    await this.#deps.conversations.put({ conversation_id: conversationId, user, created_at: this.#clock().toISOString() });
+    await this.#deps.conversations.put({
+      conversation_id: conversationId,
+      user,
+      created_at: this.#clock().toISOString(),
+    });
     if (body.initial_message !== undefined) {
       await session.submit({ source: 'user', type: 'message', data: { content: body.initial_message } });
     }
@@ -190,7 +194,9 @@ export class SessionManager {
     if (!leaving) {
       leaving = session
         .passivate(reason)
-        .catch((err) => this.#logger.warn('passivation failed', { conversation_id: conversationId, ...errorFields(err) }))
+        .catch((err) =>
+          this.#logger.warn('passivation failed', { conversation_id: conversationId, ...errorFields(err) }),
+        )
         .finally(() => {
           this.#leaving.delete(conversationId);
           if (this.#live.get(conversationId) === session) this.#live.delete(conversationId);
@@ -232,7 +238,9 @@ export class SessionManager {
   async recover(): Promise<number> {
     const records = await this.#deps.conversations.list();
     const probe = pLimit(this.limits.rehydrateConcurrency);
-    const midTask = await Promise.all(records.map((r) => probe(async () => wasMidTask(await this.#deps.log.last(r.conversation_id)))));
+    const midTask = await Promise.all(
+      records.map((r) => probe(async () => wasMidTask(await this.#deps.log.last(r.conversation_id)))),
+    );
     const chosen = records.filter((_, i) => midTask[i]);
     await Promise.allSettled(chosen.map((r) => this.#load(r)));
     if (chosen.length > 0) this.#logger.info('recovered conversations', { count: chosen.length });
@@ -259,7 +267,12 @@ export class SessionManager {
       this.#logger.info('reconnecting a dead runtime', { conversation_id: session.conversationId });
       void session
         .reconnectRuntime()
-        .catch((err) => this.#logger.warn('runtime reconnect failed', { conversation_id: session.conversationId, ...errorFields(err) }));
+        .catch((err) =>
+          this.#logger.warn('runtime reconnect failed', {
+            conversation_id: session.conversationId,
+            ...errorFields(err),
+          }),
+        );
     }
     return session;
   }
@@ -286,7 +299,12 @@ export class SessionManager {
     this.feed.catchUp(id, loaded.read);
     const session = await Session.restore(id, this.#sessionDeps(id), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
-    this.#logger.info('session rehydrated', { conversation_id: id, from: loaded.from, folded: loaded.folded, state: session.state });
+    this.#logger.info('session rehydrated', {
+      conversation_id: id,
+      from: loaded.from,
+      folded: loaded.folded,
+      state: session.state,
+    });
     return session;
   }
 
@@ -305,7 +323,8 @@ export class SessionManager {
       commandTimeoutMs: this.#deps.commandTimeoutMs,
       onApplied: (session, _event, before) => this.#policy.applied(session, before),
       onClosed: (session) => {
-        if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId)) this.#live.delete(conversationId);
+        if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId))
+          this.#live.delete(conversationId);
       },
     };
   }

@@ -72,7 +72,17 @@ export async function startEmbeddedNats(options: EmbeddedNatsOptions): Promise<E
   const binary = options.binary ?? (await ensureNatsServer({ log: options.log }));
   const storeDir = join(options.dataDir, 'nats');
   await mkdir(storeDir, { recursive: true });
-  const args = ['-js', '-a', '127.0.0.1', '-p', String(options.port ?? -1), '--store_dir', storeDir, '--ports_file_dir', storeDir];
+  const args = [
+    '-js',
+    '-a',
+    '127.0.0.1',
+    '-p',
+    String(options.port ?? -1),
+    '--store_dir',
+    storeDir,
+    '--ports_file_dir',
+    storeDir,
+  ];
   const server = new GuardedServer(binary, args, options.log);
   const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);
   try {
@@ -162,7 +172,11 @@ class GuardedServer {
 }
 
 /** Waits for the server's pid, its port, and a client greeting; throws with the reason otherwise. */
-async function untilReady(server: GuardedServer, storeDir: string, deadline: number): Promise<{ pid: number; port: number }> {
+async function untilReady(
+  server: GuardedServer,
+  storeDir: string,
+  deadline: number,
+): Promise<{ pid: number; port: number }> {
   const exitReason = server.exited.then(describeExit);
   const pidLine = await beforeDeadline(Promise.race([server.firstLine, exitReason]), deadline);
   const pid = Number(pidLine);

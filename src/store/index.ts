@@ -2,14 +2,7 @@
 // the NatsConnection type from here.
 export type { NatsConnection } from '@nats-io/transport-node';
 
-export type {
-  AppendOptions,
-  AppendResult,
-  EventLog,
-  EventTail,
-  ReadOptions,
-  ReadPage,
-} from './eventLog.ts';
+export type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
 export { ConversationRecord, type ConversationStore } from './conversationStore.ts';
 export { StoreUnavailableError, VersionConflictError } from './errors.ts';
 

@@ -135,8 +135,7 @@ export class JetStreamEventLog implements EventLog {
   tail(conversationId: string, options: { afterSeq?: number } = {}): EventTail {
     const { afterSeq } = readRange({ afterSeq: options.afterSeq });
     const subject = subjectFor(this.subjectPrefix, conversationId);
-    const open = () =>
-      this.#js.consumers.get(this.stream, { filter_subjects: subject, opt_start_seq: afterSeq + 1 });
+    const open = () => this.#js.consumers.get(this.stream, { filter_subjects: subject, opt_start_seq: afterSeq + 1 });
     return new JetStreamTail(open, conversationId);
   }
 

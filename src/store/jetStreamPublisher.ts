@@ -3,8 +3,7 @@ import { StoreUnavailableError } from './errors.ts';
 
 /** The server's answer to a JetStream publish. */
 export type PubAck =
-  | { ok: true; seq: number; duplicate: boolean }
-  | { ok: false; code: number; errCode: number; description: string };
+  { ok: true; seq: number; duplicate: boolean } | { ok: false; code: number; errCode: number; description: string };
 
 export interface PublishOptions {
   /** `Nats-Expected-Last-Subject-Sequence`. */
@@ -72,19 +71,29 @@ export class JetStreamPublisher {
     const pending = this.#pending.get(msg?.subject);
     if (!pending) return;
     this.#pending.delete(msg.subject);
-    if (err) return pending.reject(new StoreUnavailableError(`NATS subscription failed: ${err.message}`, { cause: err }));
+    if (err)
+      return pending.reject(new StoreUnavailableError(`NATS subscription failed: ${err.message}`, { cause: err }));
     // A status reply (503: no responders) means no stream listens on the subject.
     if (msg.headers?.hasError) {
-      return pending.reject(new StoreUnavailableError(`JetStream did not take the event (${msg.headers.code} ${msg.headers.description})`));
+      return pending.reject(
+        new StoreUnavailableError(`JetStream did not take the event (${msg.headers.code} ${msg.headers.description})`),
+      );
     }
     let ack: { seq?: number; duplicate?: boolean; error?: { code: number; err_code: number; description: string } };
     try {
       ack = msg.json();
     } catch (cause) {
-      return pending.reject(new StoreUnavailableError('JetStream answered a publish with something that is not JSON', { cause }));
+      return pending.reject(
+        new StoreUnavailableError('JetStream answered a publish with something that is not JSON', { cause }),
+      );
     }
     if (ack.error) {
-      pending.resolve({ ok: false, code: ack.error.code, errCode: ack.error.err_code, description: ack.error.description });
+      pending.resolve({
+        ok: false,
+        code: ack.error.code,
+        errCode: ack.error.err_code,
+        description: ack.error.description,
+      });
     } else if (typeof ack.seq === 'number') {
       pending.resolve({ ok: true, seq: ack.seq, duplicate: ack.duplicate === true });
     } else {

@@ -60,7 +60,10 @@ export class KvSnapshotStore implements SnapshotStore {
 /** Opens (creating when missing) the snapshot bucket on `nc`. */
 export async function kvSnapshotStore(nc: NatsConnection, options: { bucket?: string } = {}): Promise<KvSnapshotStore> {
   try {
-    const kv = await new Kvm(nc).create(options.bucket ?? DEFAULT_SNAPSHOT_BUCKET, { history: 1, storage: StorageType.File });
+    const kv = await new Kvm(nc).create(options.bucket ?? DEFAULT_SNAPSHOT_BUCKET, {
+      history: 1,
+      storage: StorageType.File,
+    });
     return new KvSnapshotStore(kv);
   } catch (err) {
     throw toStoreError(err, 'opening the snapshot bucket');

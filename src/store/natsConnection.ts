@@ -126,7 +126,13 @@ export async function natsAnswers(nc: NatsConnection, timeoutMs = 1_000): Promis
     timer = setTimeout(() => resolve(false), timeoutMs);
   });
   try {
-    return await Promise.race([nc.flush().then(() => true, () => false), late]);
+    return await Promise.race([
+      nc.flush().then(
+        () => true,
+        () => false,
+      ),
+      late,
+    ]);
   } finally {
     clearTimeout(timer);
   }

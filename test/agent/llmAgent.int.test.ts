@@ -17,7 +17,14 @@ import {
   type LlmUsage,
 } from '../../src/agent/index.ts';
 import { StoredEvent } from '../../src/protocol/index.ts';
-import { failure, startFakeLlmServer, text, toolCall, type FakeLlmServer, type FakeReply } from '../support/fakeLlmServer.ts';
+import {
+  failure,
+  startFakeLlmServer,
+  text,
+  toolCall,
+  type FakeLlmServer,
+  type FakeReply,
+} from '../support/fakeLlmServer.ts';
 
 const KEY = 'sk-test-DO-NOT-LEAK-4f9c1e77';
 /** Every 8-character piece of the key: an error must not hold even part of it. */
@@ -35,7 +42,14 @@ function history(...drafts: Draft[]): StoredEvent[] {
 const created = (instructions?: string): Draft => ({
   source: 'user',
   type: 'conversation_created',
-  data: { user: 'local', confirmation_mode: false, max_iterations: 10, secret_names: [], replay: false, ...(instructions !== undefined && { instructions }) },
+  data: {
+    user: 'local',
+    confirmation_mode: false,
+    max_iterations: 10,
+    secret_names: [],
+    replay: false,
+    ...(instructions !== undefined && { instructions }),
+  },
 });
 const userSays = (content: string): Draft => ({ source: 'user', type: 'message', data: { content } });
 const agentSays = (content: string): Draft => ({ source: 'agent', type: 'message', data: { content } });
@@ -66,7 +80,10 @@ function agent(options: Partial<LlmAgentOptions> = {}) {
   return llmAgent({ baseUrl: server.baseUrl, model: 'fake-model', apiKey: KEY, retryBaseMs: 1, ...options });
 }
 
-async function stepWith(reply: FakeReply, events: StoredEvent[] = history(created(), userSays('hi'))): Promise<AgentAction> {
+async function stepWith(
+  reply: FakeReply,
+  events: StoredEvent[] = history(created(), userSays('hi')),
+): Promise<AgentAction> {
   server.enqueue(reply);
   return agent().step({ conversationId: 'c1', history: events });
 }
@@ -75,7 +92,10 @@ async function failWith(options: Partial<LlmAgentOptions>, ...replies: FakeReply
   server.enqueue(...replies);
   return agent(options)
     .step({ conversationId: 'c1', history: history(created(), userSays('hi')) })
-    .then((action) => expect.fail(`expected a rejection, got ${JSON.stringify(action)}`), (err: unknown) => err);
+    .then(
+      (action) => expect.fail(`expected a rejection, got ${JSON.stringify(action)}`),
+      (err: unknown) => err,
+    );
 }
 
 /** Runs a generated command the way a runtime would: bash, in the workspace. */
@@ -99,20 +119,34 @@ describe('llmAgent requests', () => {
     expect(request?.headers.authorization).toBe(`Bearer ${KEY}`);
     expect(request?.body.model).toBe('fake-model');
     expect(request?.body.tool_choice).toBe('auto');
-    const names = request?.body.tools.map((t: { type: string; function: { name: string } }) => `${t.type}:${t.function.name}`);
-    expect(names).toEqual(['function:run_command', 'function:read_file', 'function:write_file', 'function:ask_user', 'function:finish']);
+    const names = request?.body.tools.map(
+      (t: { type: string; function: { name: string } }) => `${t.type}:${t.function.name}`,
+    );
+    expect(names).toEqual([
+      'function:run_command',
+      'function:read_file',
+      'function:write_file',
+      'function:ask_user',
+      'function:finish',
+    ]);
   });
 
   it('accepts a base URL with a trailing slash', async () => {
     server.enqueue(text('hello'));
-    await llmAgent({ baseUrl: `${server.baseUrl}/`, model: 'm', apiKey: KEY }).step({ conversationId: 'c1', history: history(created()) });
+    await llmAgent({ baseUrl: `${server.baseUrl}/`, model: 'm', apiKey: KEY }).step({
+      conversationId: 'c1',
+      history: history(created()),
+    });
     expect(server.requests[0]?.url).toBe('/v1/chat/completions');
   });
 });
 
 describe('llmAgent turns replies into actions', () => {
   it('turns a run_command call into a run action with the command as given', async () => {
-    expect(await stepWith(toolCall('run_command', { command: 'ls -la | wc -l' }))).toEqual({ type: 'run', command: 'ls -la | wc -l' });
+    expect(await stepWith(toolCall('run_command', { command: 'ls -la | wc -l' }))).toEqual({
+      type: 'run',
+      command: 'ls -la | wc -l',
+    });
   });
 
   it('turns a read_file call into a command that prints the file, whatever its name', async () => {
@@ -149,11 +183,17 @@ describe('llmAgent turns replies into actions', () => {
   });
 
   it('turns ask_user into a message that waits for the user', async () => {
-    expect(await stepWith(toolCall('ask_user', { question: 'Which branch?' }))).toEqual({ type: 'message', content: 'Which branch?' });
+    expect(await stepWith(toolCall('ask_user', { question: 'Which branch?' }))).toEqual({
+      type: 'message',
+      content: 'Which branch?',
+    });
   });
 
   it('turns finish into a finish action with its message', async () => {
-    expect(await stepWith(toolCall('finish', { message: 'All tests pass.' }))).toEqual({ type: 'finish', content: 'All tests pass.' });
+    expect(await stepWith(toolCall('finish', { message: 'All tests pass.' }))).toEqual({
+      type: 'finish',
+      content: 'All tests pass.',
+    });
   });
 
   it('turns a plain text reply into a message', async () => {
@@ -183,10 +223,19 @@ describe('llmAgent turns replies into actions', () => {
   it('reports token usage and its cost for each step', async () => {
     const seen: LlmUsage[] = [];
     server.enqueue(toolCall('finish', { message: 'ok' }, { prompt_tokens: 1_000, completion_tokens: 200 }));
-    const llm = agent({ pricing: { promptUsdPerMillion: 2, completionUsdPerMillion: 10 }, onUsage: (u) => seen.push(u) });
+    const llm = agent({
+      pricing: { promptUsdPerMillion: 2, completionUsdPerMillion: 10 },
+      onUsage: (u) => seen.push(u),
+    });
     expect(llm.lastUsage).toBeNull();
     await llm.step({ conversationId: 'c7', history: history(created()) });
-    const expected = { conversationId: 'c7', model: 'fake-model', promptTokens: 1_000, completionTokens: 200, costUsd: 0.004 };
+    const expected = {
+      conversationId: 'c7',
+      model: 'fake-model',
+      promptTokens: 1_000,
+      completionTokens: 200,
+      costUsd: 0.004,
+    };
     expect(seen).toEqual([expected]);
     expect(llm.lastUsage).toEqual(expected);
   });
@@ -219,12 +268,24 @@ describe('llmAgent maps history to chat messages', () => {
     const [, ...messages] = server.requests[0]?.body.messages;
     expect(messages).toEqual([
       { role: 'user', content: 'count the files' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_3', type: 'function', function: { name: 'run_command', arguments: '{"command":"ls | wc -l"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_3', type: 'function', function: { name: 'run_command', arguments: '{"command":"ls | wc -l"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: 'call_3', content: 'Exit code: 0\nOutput:\n42\n' },
       { role: 'assistant', content: 'There are 42.' },
       { role: 'user', content: '[workspace] I ran this command myself:\n```\ntouch x\n```' },
       { role: 'user', content: '[workspace] Result of my command `touch x`:\nExit code: 0\n(no output)' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_8', type: 'function', function: { name: 'run_command', arguments: '{"command":"make"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_8', type: 'function', function: { name: 'run_command', arguments: '{"command":"make"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: 'call_8', content: 'Exit code: 2\nOutput:\nboom' },
       { role: 'user', content: 'also run the tests' },
       { role: 'assistant', content: 'make failed' },
@@ -284,21 +345,30 @@ describe('llmAgent errors', () => {
   });
 
   it('throws LlmQuotaExceededError on a 429 that says the quota is used up', async () => {
-    const err = await failWith({}, failure(429, { 'retry-after': '1' }, 'You exceeded your current quota', 'insufficient_quota'));
+    const err = await failWith(
+      {},
+      failure(429, { 'retry-after': '1' }, 'You exceeded your current quota', 'insufficient_quota'),
+    );
     expect(err).toBeInstanceOf(LlmQuotaExceededError);
     expect(err).toMatchObject({ code: 'LLM_QUOTA_EXCEEDED' });
   });
 
   it('retries server errors with backoff and returns the action of the first success', async () => {
     server.enqueue(failure(500), failure(503), toolCall('run_command', { command: 'ls' }));
-    const action = await agent({ maxRetries: 3 }).step({ conversationId: 'c1', history: history(created(), userSays('hi')) });
+    const action = await agent({ maxRetries: 3 }).step({
+      conversationId: 'c1',
+      history: history(created(), userSays('hi')),
+    });
     expect(action).toEqual({ type: 'run', command: 'ls' });
     expect(server.requests).toHaveLength(3);
   });
 
   it('retries a dropped connection', async () => {
     server.enqueue({ drop: true }, text('back'));
-    expect(await agent().step({ conversationId: 'c1', history: history(created()) })).toEqual({ type: 'message', content: 'back' });
+    expect(await agent().step({ conversationId: 'c1', history: history(created()) })).toEqual({
+      type: 'message',
+      content: 'back',
+    });
     expect(server.requests).toHaveLength(2);
   });
 
@@ -318,7 +388,10 @@ describe('llmAgent errors', () => {
   });
 
   it('throws LlmRequestError with the provider message on another 4xx, without retrying', async () => {
-    const err = await failWith({ maxRetries: 3 }, failure(400, {}, "This model's maximum context length is 8192 tokens"));
+    const err = await failWith(
+      { maxRetries: 3 },
+      failure(400, {}, "This model's maximum context length is 8192 tokens"),
+    );
     expect(err).toBeInstanceOf(LlmRequestError);
     expect(err).toMatchObject({ code: 'LLM_REQUEST_REJECTED', status: 400 });
     expect((err as Error).message).toContain('maximum context length is 8192 tokens');
@@ -330,7 +403,14 @@ describe('llmAgent errors', () => {
     ['JSON without choices', { json: { object: 'chat.completion' } }],
     ['an empty reply', text('   ')],
     ['a call of an unknown tool', toolCall('delete_everything', {})],
-    ['arguments that are not JSON', { json: { choices: [{ message: { tool_calls: [{ function: { name: 'run_command', arguments: '{"command":' } }] } }] } }],
+    [
+      'arguments that are not JSON',
+      {
+        json: {
+          choices: [{ message: { tool_calls: [{ function: { name: 'run_command', arguments: '{"command":' } }] } }],
+        },
+      },
+    ],
     ['write_file without a path', toolCall('write_file', { content: 'x' })],
   ])('throws LlmResponseError on %s', async (_label, reply) => {
     const err = await failWith({ maxRetries: 3 }, reply);
@@ -349,13 +429,16 @@ describe('llmAgent errors', () => {
     ['a malformed answer', {}, [{ raw: `{"choices": ${KEY}}` }]],
     ['a malformed answer with a long body', {}, [{ raw: `${'x'.repeat(500)} ${KEY}` }]],
     ['a 400 whose message is cut inside the key', {}, [failure(400, {}, `${'x'.repeat(290)}${KEY}`)]],
-  ])('never puts the API key in the error of %s, even when the provider echoes it', async (_label, options, replies) => {
-    const err = await failWith(options, ...replies);
-    expect(err).toBeInstanceOf(Error);
-    const everything = `${inspect(err, { depth: 10 })}\n${JSON.stringify(err)}`;
-    expect(keyPieces.filter((piece) => everything.includes(piece))).toEqual([]);
-    expect(server.requests[0]?.headers.authorization).toBe(`Bearer ${KEY}`);
-  });
+  ])(
+    'never puts the API key in the error of %s, even when the provider echoes it',
+    async (_label, options, replies) => {
+      const err = await failWith(options, ...replies);
+      expect(err).toBeInstanceOf(Error);
+      const everything = `${inspect(err, { depth: 10 })}\n${JSON.stringify(err)}`;
+      expect(keyPieces.filter((piece) => everything.includes(piece))).toEqual([]);
+      expect(server.requests[0]?.headers.authorization).toBe(`Bearer ${KEY}`);
+    },
+  );
 
   it('shows that the key was redacted where a provider echoed it', async () => {
     const err = await failWith({}, failure(400, {}, `bad request from ${KEY}`));
@@ -392,7 +475,11 @@ describe('llmAgent cancellation', () => {
   it('aborts a request in flight', async () => {
     const controller = new AbortController();
     server.enqueue({ hang: true });
-    const step = agent({ timeoutMs: 60_000 }).step({ conversationId: 'c1', history: history(created()), signal: controller.signal });
+    const step = agent({ timeoutMs: 60_000 }).step({
+      conversationId: 'c1',
+      history: history(created()),
+      signal: controller.signal,
+    });
     await server.received(1);
     controller.abort();
     await expect(step).rejects.toMatchObject({ name: 'AbortError' });

@@ -22,13 +22,18 @@ describe('risk analyzer', () => {
     expect(riskRule(command)).toEqual(expect.any(String));
   });
 
-  it.each(['ls -la', 'cat README.md', 'rm notes.txt', 'python3 run.py', 'git push origin main', 'grep -r sudo .', 'cat /etcetera'])(
-    'rates %j low',
-    (command) => {
-      expect(rateCommand(command)).toBe('low');
-      expect(riskRule(command)).toBeUndefined();
-    },
-  );
+  it.each([
+    'ls -la',
+    'cat README.md',
+    'rm notes.txt',
+    'python3 run.py',
+    'git push origin main',
+    'grep -r sudo .',
+    'cat /etcetera',
+  ])('rates %j low', (command) => {
+    expect(rateCommand(command)).toBe('low');
+    expect(riskRule(command)).toBeUndefined();
+  });
 
   it('errs on the side of asking: a risky command inside an echoed string is rated high', () => {
     expect(rateCommand('echo "never run rm -rf /" > notes.md')).toBe('high');

@@ -92,15 +92,27 @@ describe('ScriptedAgent', () => {
   });
 
   it('answers the initial message once: the creation record names it, the message event is what counts', async () => {
-    await expect(step(created('!whoami'), userSays('!whoami'), running)).resolves.toEqual({ type: 'run', command: 'whoami' });
-    const afterAnswer = await step(created('!whoami'), userSays('!whoami'), agentRuns('whoami'), output(), agentSays('done'));
+    await expect(step(created('!whoami'), userSays('!whoami'), running)).resolves.toEqual({
+      type: 'run',
+      command: 'whoami',
+    });
+    const afterAnswer = await step(
+      created('!whoami'),
+      userSays('!whoami'),
+      agentRuns('whoami'),
+      output(),
+      agentSays('done'),
+    );
     expect(afterAnswer.type).toBe('finish');
   });
 
   it('answers messages that queued up while it worked one by one, oldest first, skipping none', async () => {
     const queued = [userSays('first'), userSays('!echo second')];
     expect(await reply(...queued)).toContain('"first"');
-    await expect(step(...queued, agentSays('You said: "first"'))).resolves.toEqual({ type: 'run', command: 'echo second' });
+    await expect(step(...queued, agentSays('You said: "first"'))).resolves.toEqual({
+      type: 'run',
+      command: 'echo second',
+    });
   });
 
   it('goes on after its message while more messages wait, and waits for the user after the last one', async () => {
@@ -137,7 +149,10 @@ describe('ScriptedAgent', () => {
   });
 
   it('reports a timed out command', async () => {
-    const content = await reply(agentRuns('sleep 99'), output({ command: 'sleep 99', exit_code: null, timed_out: true }));
+    const content = await reply(
+      agentRuns('sleep 99'),
+      output({ command: 'sleep 99', exit_code: null, timed_out: true }),
+    );
     expect(content).toContain('timed out');
   });
 

@@ -53,7 +53,9 @@ describe('tether machines', () => {
       }
     };
     walk(config, []);
-    const expected = allNodes(sessionMachine.root).slice(1).map((node) => node.id);
+    const expected = allNodes(sessionMachine.root)
+      .slice(1)
+      .map((node) => node.id);
     expect(found.sort()).toEqual(expected.sort());
   });
 

@@ -28,7 +28,10 @@ interface Run {
 function tether(args: string[], env: Record<string, string>): Promise<Run> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^(NATS_URL|TETHER_)/.test(key)));
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env: { ...base, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, ...args], {
+      env: { ...base, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));

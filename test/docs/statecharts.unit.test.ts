@@ -37,7 +37,10 @@ describe('docs/statecharts.md', () => {
           for (const target of t.target ?? []) {
             expected += 1;
             const arrow = `  ${node.id} --> ${target.id}: ${event}`;
-            expect(lines.some((line) => line.startsWith(arrow)), arrow).toBe(true);
+            expect(
+              lines.some((line) => line.startsWith(arrow)),
+              arrow,
+            ).toBe(true);
           }
         }
       }
@@ -97,7 +100,9 @@ describe('the statechart renderer', () => {
   });
 
   it('nests composite states with their initial state, separates parallel regions and ends final states', () => {
-    const lines = mermaidStateDiagram(machine).split('\n').map((line) => line.trim());
+    const lines = mermaidStateDiagram(machine)
+      .split('\n')
+      .map((line) => line.trim());
     const left = lines.indexOf('state "left" as demo.busy.left {');
     expect(left).toBeGreaterThan(lines.indexOf('state "busy" as demo.busy {'));
     expect(lines[left + 1]).toBe('[*] --> demo.busy.left.a');

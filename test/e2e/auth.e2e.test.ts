@@ -11,7 +11,11 @@ let server: ServerProcess;
 
 beforeAll(async () => {
   // Bob signs in with a JWT, Alice with a plain token.
-  BOB = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('bob').setExpirationTime('1h').sign(new TextEncoder().encode(JWT_SECRET));
+  BOB = await new SignJWT({})
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject('bob')
+    .setExpirationTime('1h')
+    .sign(new TextEncoder().encode(JWT_SECRET));
   server = await startServer({ env: { TETHER_TOKENS: `${ALICE}:alice`, TETHER_JWT_SECRET: JWT_SECRET } });
 }, 60_000);
 
@@ -20,7 +24,13 @@ afterAll(async () => {
 });
 
 async function create(token: string): Promise<string> {
-  const res = await http<{ conversation_id: string }>(server.baseUrl, 'POST', '/api/conversations', { initial_message: 'mine' }, token);
+  const res = await http<{ conversation_id: string }>(
+    server.baseUrl,
+    'POST',
+    '/api/conversations',
+    { initial_message: 'mine' },
+    token,
+  );
   expect(res.status).toBe(201);
   return res.body.conversation_id;
 }
@@ -43,9 +53,15 @@ describe('auth', () => {
       ['DELETE', `/api/conversations/${id}`],
     ] as const) {
       expect((await http(server.baseUrl, method, path)).status, `${method} ${path}`).toBe(401);
-      expect((await http(server.baseUrl, method, path, undefined, 'wrong-token')).status, `${method} ${path} with a wrong token`).toBe(401);
+      expect(
+        (await http(server.baseUrl, method, path, undefined, 'wrong-token')).status,
+        `${method} ${path} with a wrong token`,
+      ).toBe(401);
     }
-    const forged = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('alice').sign(new TextEncoder().encode('another-secret-of-32-characters-or-more'));
+    const forged = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('alice')
+      .sign(new TextEncoder().encode('another-secret-of-32-characters-or-more'));
     expect((await http(server.baseUrl, 'GET', '/api/conversations', undefined, forged)).status).toBe(401);
     expect(await wsClose(wsUrlFor(server.wsUrl, id))).toBe(4001);
     expect(await wsClose(`${wsUrlFor(server.wsUrl, id)}&token=wrong`)).toBe(4001);
@@ -56,9 +72,15 @@ describe('auth', () => {
     const alices = await create(ALICE);
     const bobs = await create(BOB);
     const list = async (token: string) =>
-      (await http<{ items: Array<{ conversation_id: string }> }>(server.baseUrl, 'GET', '/api/conversations', undefined, token)).body.items.map(
-        (c) => c.conversation_id,
-      );
+      (
+        await http<{ items: Array<{ conversation_id: string }> }>(
+          server.baseUrl,
+          'GET',
+          '/api/conversations',
+          undefined,
+          token,
+        )
+      ).body.items.map((c) => c.conversation_id);
     expect(await list(ALICE)).toContain(alices);
     expect(await list(ALICE)).not.toContain(bobs);
     expect(await list(BOB)).toEqual([bobs]);
@@ -79,13 +101,9 @@ describe('auth', () => {
     expect(await wsClose(`${wsUrlFor(server.wsUrl, alices)}&token=${BOB}`)).toBe(4004);
 
     // Alice still has it whole: nothing Bob tried was stored.
-    const events = await http<{ items: Array<{ event: { source: string; type: string; data: { content?: string } } }> }>(
-      server.baseUrl,
-      'GET',
-      `/api/conversations/${alices}/events`,
-      undefined,
-      ALICE,
-    );
+    const events = await http<{
+      items: Array<{ event: { source: string; type: string; data: { content?: string } } }>;
+    }>(server.baseUrl, 'GET', `/api/conversations/${alices}/events`, undefined, ALICE);
     expect(events.status).toBe(200);
     expect(events.body.items.filter((i) => i.event.type === 'message' && i.event.data.content === 'hi')).toEqual([]);
     const client = await WsClient.connect(`${wsUrlFor(server.wsUrl, alices)}&token=${ALICE}`);

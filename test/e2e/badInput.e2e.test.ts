@@ -91,7 +91,9 @@ describe('bad WebSocket frames', () => {
 
     const missing = await errorFor(client, () => client.send({ type: 'user_action', action: { type: 'message' } }));
     expect(missing.message).toMatch(/content/);
-    const empty = await errorFor(client, () => client.send({ type: 'user_action', action: { type: 'message', content: '' } }));
+    const empty = await errorFor(client, () =>
+      client.send({ type: 'user_action', action: { type: 'message', content: '' } }),
+    );
     expect(empty.message).toMatch(/content/);
     const noAction = await errorFor(client, () => client.send({ type: 'user_action' }));
     expect(noAction.message).toMatch(/action/);
@@ -150,7 +152,10 @@ describe('bad WebSocket frames', () => {
       const closed = await client.closed;
       expect(closed.code, `after_seq=${cursor}`).toBeGreaterThanOrEqual(4000);
       expect(closed.code, `after_seq=${cursor}`).toBeLessThan(5000);
-      expect(client.frames.filter((f) => f.type === 'sync' || f.type === 'event'), `after_seq=${cursor}`).toEqual([]);
+      expect(
+        client.frames.filter((f) => f.type === 'sync' || f.type === 'event'),
+        `after_seq=${cursor}`,
+      ).toEqual([]);
     }
   });
 

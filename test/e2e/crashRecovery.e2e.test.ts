@@ -59,13 +59,19 @@ async function connect(server: ServerProcess, id: string): Promise<WsClient> {
 }
 
 async function post(server: ServerProcess, id: string, content: string): Promise<void> {
-  const res = await http(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, { action: { type: 'message', content } });
+  const res = await http(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, {
+    action: { type: 'message', content },
+  });
   expect(res.status, res.text).toBe(202);
 }
 
 /** GET /api/conversations, which reports `in_memory` without loading any session. */
 async function inMemory(server: ServerProcess): Promise<Map<string, boolean>> {
-  const res = await http<{ items: Array<{ conversation_id: string; in_memory: boolean }> }>(server.baseUrl, 'GET', '/api/conversations');
+  const res = await http<{ items: Array<{ conversation_id: string; in_memory: boolean }> }>(
+    server.baseUrl,
+    'GET',
+    '/api/conversations',
+  );
   expect(res.status).toBe(200);
   return new Map(res.body.items.map((item) => [item.conversation_id, item.in_memory]));
 }
@@ -76,20 +82,27 @@ async function inMemory(server: ServerProcess): Promise<Map<string, boolean>> {
  * no request about any of them was made before it.
  */
 async function untilRecoveredUnasked(server: ServerProcess, ids: readonly string[]): Promise<number> {
-  await eventually(async () => {
-    const listed = await inMemory(server);
-    return ids.every((id) => listed.get(id) === true) ? true : undefined;
-  }, 'the restarted server to bring the conversations back by itself', 30_000);
+  await eventually(
+    async () => {
+      const listed = await inMemory(server);
+      return ids.every((id) => listed.get(id) === true) ? true : undefined;
+    },
+    'the restarted server to bring the conversations back by itself',
+    30_000,
+  );
   return Date.now();
 }
 
 function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean) {
-  return eventually(async () => {
-    const events = await allEvents(server.baseUrl, id);
-    return test(events) ? events : undefined;
-  }, what, 45_000);
+  return eventually(
+    async () => {
+      const events = await allEvents(server.baseUrl, id);
+      return test(events) ? events : undefined;
+    },
+    what,
+    45_000,
+  );
 }
-
 
 type Output = LoggedEvent & { event: EventOf<'command_output'> };
 const outputsOf = (events: readonly LoggedEvent[]): Output[] =>
@@ -97,7 +110,10 @@ const outputsOf = (events: readonly LoggedEvent[]): Output[] =>
 
 function describeLog(events: readonly LoggedEvent[]): string {
   return events
-    .map(({ seq, event }) => `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`)
+    .map(
+      ({ seq, event }) =>
+        `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
+    )
     .join('\n');
 }
 
@@ -112,7 +128,11 @@ function expectDenseIds(events: readonly LoggedEvent[]): void {
  * snapshot was written: the process died), stamped before `unaskedUntil`,
  * that is before anyone asked about this conversation.
  */
-function expectRecoveredByItself(before: readonly LoggedEvent[], after: readonly LoggedEvent[], unaskedUntil: number): void {
+function expectRecoveredByItself(
+  before: readonly LoggedEvent[],
+  after: readonly LoggedEvent[],
+  unaskedUntil: number,
+): void {
   expect(after.slice(0, before.length)).toEqual(before);
   const back = after[before.length]?.event;
   expect(back?.type, describeLog(after)).toBe('session_rehydrated');
@@ -125,7 +145,12 @@ function expectRecoveredByItself(before: readonly LoggedEvent[], after: readonly
 async function expectSettledInfo(server: ServerProcess, id: string, lastSeq: number): Promise<void> {
   const info = await http<ConversationInfo>(server.baseUrl, 'GET', `/api/conversations/${id}`);
   expect(info.status).toBe(200);
-  expect(info.body).toMatchObject({ conversation_id: id, state: 'awaiting_user_input', in_memory: true, last_seq: lastSeq });
+  expect(info.body).toMatchObject({
+    conversation_id: id,
+    state: 'awaiting_user_input',
+    in_memory: true,
+    last_seq: lastSeq,
+  });
 }
 
 async function markerOf(dataDir: string, id: string): Promise<string> {
@@ -133,8 +158,16 @@ async function markerOf(dataDir: string, id: string): Promise<string> {
 }
 
 /** Waits until the long command wrote its mark, and returns the log then: the command is out, without output. */
-async function untilCommandRuns(server: ServerProcess, dataDir: string, id: string, mark: string): Promise<LoggedEvent[]> {
-  await eventually(async () => ((await markerOf(dataDir, id)) === `${mark}\n` ? true : undefined), `the command of ${id} to start`);
+async function untilCommandRuns(
+  server: ServerProcess,
+  dataDir: string,
+  id: string,
+  mark: string,
+): Promise<LoggedEvent[]> {
+  await eventually(
+    async () => ((await markerOf(dataDir, id)) === `${mark}\n` ? true : undefined),
+    `the command of ${id} to start`,
+  );
   const events = await allEvents(server.baseUrl, id);
   expect(events.filter((e) => e.event.source === 'agent' && e.event.type === 'command')).toHaveLength(1);
   expect(outputsOf(events)).toEqual([]);
@@ -153,7 +186,9 @@ function expectInterruptedOnce(before: readonly LoggedEvent[], after: readonly L
   expect(output.event.data.timed_out).toBe(false);
   expect(output.event.data.output).toMatch(/^interrupted/);
   // The agent was told and summarised it; it did not try the command again.
-  const summary = after.find((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.id > output.event.id);
+  const summary = after.find(
+    (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.id > output.event.id,
+  );
   expect(summary, describeLog(after)).toBeDefined();
   expect((summary!.event as EventOf<'message'>).data.content).toContain('was interrupted');
   expect(after.filter((e) => e.event.type === 'command')).toHaveLength(1);
@@ -166,9 +201,12 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     const id = await readyConversation(first);
     const client = await connect(first, id);
     client.sendMessage('think hard');
-    await client.waitFor((f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running', {
-      what: 'the agent thinking',
-    });
+    await client.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running',
+      {
+        what: 'the agent thinking',
+      },
+    );
     const before = await allEvents(first.baseUrl, id);
     expect(stateOf(before)).toBe('running');
     expect(repliesTo(before, 'think hard')).toEqual([]);
@@ -176,7 +214,12 @@ describe('crash recovery: a conversation that was mid-task when the server was k
 
     const second = await start(dataDir, { TETHER_AGENT_DELAY_MS: '300' });
     const unaskedUntil = await untilRecoveredUnasked(second, [id]);
-    const after = await eventsWhen(second, id, 'the answer after the restart', (e) => repliesTo(e, 'think hard').length > 0 && endsAwaiting(e));
+    const after = await eventsWhen(
+      second,
+      id,
+      'the answer after the restart',
+      (e) => repliesTo(e, 'think hard').length > 0 && endsAwaiting(e),
+    );
     expectRecoveredByItself(before, after, unaskedUntil);
     // One answer, to the message that was pending, with the message as its cause.
     const replies = repliesTo(after, 'think hard');
@@ -196,7 +239,12 @@ describe('crash recovery: a conversation that was mid-task when the server was k
 
     const second = await start(dataDir);
     const unaskedUntil = await untilRecoveredUnasked(second, [id]);
-    const after = await eventsWhen(second, id, 'the interrupted command summarised', (e) => outputsOf(e).length > 0 && endsAwaiting(e));
+    const after = await eventsWhen(
+      second,
+      id,
+      'the interrupted command summarised',
+      (e) => outputsOf(e).length > 0 && endsAwaiting(e),
+    );
     expectRecoveredByItself(before, after, unaskedUntil);
     expectInterruptedOnce(before, after);
     expect(await markerOf(dataDir, id)).toBe('ran\n');
@@ -215,7 +263,12 @@ describe('crash recovery: a conversation that was mid-task when the server was k
 
     const second = await start(dataDir);
     await untilRecoveredUnasked(second, [id]);
-    const after = await eventsWhen(second, id, 'the interrupted command summarised', (e) => outputsOf(e).length > 0 && endsAwaiting(e));
+    const after = await eventsWhen(
+      second,
+      id,
+      'the interrupted command summarised',
+      (e) => outputsOf(e).length > 0 && endsAwaiting(e),
+    );
     expect(outputsOf(after)[0]!.event.data.output).toMatch(/^interrupted/);
     // When the interruption was reported, the command had not finished yet.
     expect(await markerOf(dataDir, id)).toBe('ran\n');
@@ -237,7 +290,12 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     for (const [i, id] of commands.entries()) before.set(id, await untilCommandRuns(first, dataDir, id, `ran-${i}`));
     for (const [i, id] of thinking.entries()) await post(first, id, `think ${i}`);
     for (const [i, id] of thinking.entries()) {
-      const events = await eventsWhen(first, id, `${id} thinking`, (e) => stateOf(e) === 'running' && userMessage(e, `think ${i}`) !== undefined);
+      const events = await eventsWhen(
+        first,
+        id,
+        `${id} thinking`,
+        (e) => stateOf(e) === 'running' && userMessage(e, `think ${i}`) !== undefined,
+      );
       expect(repliesTo(events, `think ${i}`)).toEqual([]);
       before.set(id, events);
     }
@@ -249,7 +307,12 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     const all = [...commands, ...thinking];
     const unaskedUntil = await untilRecoveredUnasked(second, all);
     for (const [i, id] of thinking.entries()) {
-      const after = await eventsWhen(second, id, `${id} answered`, (e) => repliesTo(e, `think ${i}`).length > 0 && endsAwaiting(e));
+      const after = await eventsWhen(
+        second,
+        id,
+        `${id} answered`,
+        (e) => repliesTo(e, `think ${i}`).length > 0 && endsAwaiting(e),
+      );
       expectRecoveredByItself(before.get(id)!, after, unaskedUntil);
       expect(repliesTo(after, `think ${i}`)).toHaveLength(1);
       expect(after.filter((e) => e.event.source === 'agent')).toHaveLength(1);
@@ -263,7 +326,13 @@ describe('crash recovery: a conversation that was mid-task when the server was k
       await expectSettledInfo(second, id, after.at(-1)!.seq);
     }
     // Nothing is left stuck working.
-    const listed = await http<{ items: Array<{ conversation_id: string; state: string | null }> }>(second.baseUrl, 'GET', '/api/conversations');
-    expect(new Set(listed.body.items.filter((c) => all.includes(c.conversation_id)).map((c) => c.state))).toEqual(new Set(['awaiting_user_input']));
+    const listed = await http<{ items: Array<{ conversation_id: string; state: string | null }> }>(
+      second.baseUrl,
+      'GET',
+      '/api/conversations',
+    );
+    expect(new Set(listed.body.items.filter((c) => all.includes(c.conversation_id)).map((c) => c.state))).toEqual(
+      new Set(['awaiting_user_input']),
+    );
   }, 120_000);
 });

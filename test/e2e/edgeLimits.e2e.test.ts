@@ -27,8 +27,12 @@ describe('connection limits', () => {
     await client.waitFor((f) => f.type === 'sync');
     for (let i = 0; i < 10; i++) client.send({ type: 'ping' });
     for (let i = 0; i < 5; i++) client.sendMessage(`over the rate ${i}`);
-    await client.waitFor((f) => f.type === 'error' && f.code === 'RATE_LIMITED', { what: 'a RATE_LIMITED error frame' });
-    const stored = (await allEvents(server.baseUrl, id)).filter((e) => e.event.type === 'message' && e.event.source === 'user');
+    await client.waitFor((f) => f.type === 'error' && f.code === 'RATE_LIMITED', {
+      what: 'a RATE_LIMITED error frame',
+    });
+    const stored = (await allEvents(server.baseUrl, id)).filter(
+      (e) => e.event.type === 'message' && e.event.source === 'user',
+    );
     expect(stored).toEqual([]);
     for (let i = 0; i < 30; i++) client.send({ type: 'ping' });
     expect((await client.closed).code).toBe(1008);

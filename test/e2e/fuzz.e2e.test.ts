@@ -100,16 +100,60 @@ function toJson(value: unknown): string {
 }
 
 const NUMBER_LITERALS = [
-  '1e308', '-1e308', '1e309', '-1e309', '-0', '0', '-0.0', '18446744073709551616', '-18446744073709551616',
-  '9007199254740993', '4.9e-324', '1e-400', '123456789012345678901234567890', '1E+2', '0.5', '-1', '42',
+  '1e308',
+  '-1e308',
+  '1e309',
+  '-1e309',
+  '-0',
+  '0',
+  '-0.0',
+  '18446744073709551616',
+  '-18446744073709551616',
+  '9007199254740993',
+  '4.9e-324',
+  '1e-400',
+  '123456789012345678901234567890',
+  '1E+2',
+  '0.5',
+  '-1',
+  '42',
 ];
 const rawNumber = fc.constantFrom(...NUMBER_LITERALS).map((n) => new RawNumber(n));
 
 const ODD_STRINGS = [
-  '\uD800', '\uDBFF', '\uDC00', '\uDFFF', 'a\uD800b', '\uDC00\uD800', '\u0000', 'nul\u0000byte', '\u202E', '\u200F',
-  '\u200E', '\u2066rtl\u2069', '\uFEFF', '\u2028\u2029', '👩‍👩‍👧‍👦', '🏳️‍🌈', 'e\u0301', '\uFFFF', '\uFFFE', '𝕋𝕖𝕥𝕙𝕖𝕣',
-  'مرحبا بالعالم', '\u{10FFFF}', '\\', '"', '\u001b[31mred', '%s%n%x', '${process.exit()}', '../../etc/passwd',
-  '<script>alert(1)</script>', '__proto__', 'constructor', ' ', '\t\n\r',
+  '\uD800',
+  '\uDBFF',
+  '\uDC00',
+  '\uDFFF',
+  'a\uD800b',
+  '\uDC00\uD800',
+  '\u0000',
+  'nul\u0000byte',
+  '\u202E',
+  '\u200F',
+  '\u200E',
+  '\u2066rtl\u2069',
+  '\uFEFF',
+  '\u2028\u2029',
+  '👩‍👩‍👧‍👦',
+  '🏳️‍🌈',
+  'e\u0301',
+  '\uFFFF',
+  '\uFFFE',
+  '𝕋𝕖𝕥𝕙𝕖𝕣',
+  'مرحبا بالعالم',
+  '\u{10FFFF}',
+  '\\',
+  '"',
+  '\u001b[31mred',
+  '%s%n%x',
+  '${process.exit()}',
+  '../../etc/passwd',
+  '<script>alert(1)</script>',
+  '__proto__',
+  'constructor',
+  ' ',
+  '\t\n\r',
 ];
 const loneSurrogate = fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c));
 /** Strings built to upset encoders: lone surrogates, NUL, bidi marks, emoji, every plane. */
@@ -117,7 +161,11 @@ const oddString = fc.oneof(
   fc.constantFrom(...ODD_STRINGS),
   fc.string({ unit: 'binary', maxLength: 40 }),
   fc.string({ unit: 'grapheme', maxLength: 40 }),
-  fc.array(fc.oneof(fc.constantFrom(...ODD_STRINGS), loneSurrogate, fc.string({ maxLength: 4 })), { minLength: 1, maxLength: 12 })
+  fc
+    .array(fc.oneof(fc.constantFrom(...ODD_STRINGS), loneSurrogate, fc.string({ maxLength: 4 })), {
+      minLength: 1,
+      maxLength: 12,
+    })
     .map((parts) => parts.join('')),
 );
 /** Any JSON value but a string (scalars, raw numbers, arrays, objects). */
@@ -142,7 +190,11 @@ const notAnObject = fc.oneof(
 /** Extra fields are ignored by the protocol, so they only ever ride along with a real defect. */
 const PROTOCOL_KEYS = new Set(['type', 'action', 'client_id', 'content', 'command', 'state']);
 const extraFields = fc.option(
-  fc.dictionary(oddString.filter((k) => !PROTOCOL_KEYS.has(k)), fc.jsonValue({ maxDepth: 1 }), { maxKeys: 3 }),
+  fc.dictionary(
+    oddString.filter((k) => !PROTOCOL_KEYS.has(k)),
+    fc.jsonValue({ maxDepth: 1 }),
+    { maxKeys: 3 },
+  ),
   { nil: {} },
 );
 const validAction = fc.oneof(
@@ -151,14 +203,35 @@ const validAction = fc.oneof(
   fc.constant({ type: 'change_agent_state', state: 'stopped' }),
   fc.constant({ type: 'reconnect_runtime' }),
 );
-const unknownType = fc.oneof(
-  fc.constantFrom(
-    'PING', 'Ping', 'ping ', ' ping', 'ping\u0000', 'user-action', 'userAction', 'USER_ACTION', 'user_action\u200F',
-    'constructor', '__proto__', 'toString', 'hasOwnProperty', 'message', 'run', 'pong', 'sync', 'event', 'error',
-    'status', '', 'ｐｉｎｇ',
-  ),
-  oddString,
-).filter((t) => !CLIENT_FRAME_TYPES.has(t));
+const unknownType = fc
+  .oneof(
+    fc.constantFrom(
+      'PING',
+      'Ping',
+      'ping ',
+      ' ping',
+      'ping\u0000',
+      'user-action',
+      'userAction',
+      'USER_ACTION',
+      'user_action\u200F',
+      'constructor',
+      '__proto__',
+      'toString',
+      'hasOwnProperty',
+      'message',
+      'run',
+      'pong',
+      'sync',
+      'event',
+      'error',
+      'status',
+      '',
+      'ｐｉｎｇ',
+    ),
+    oddString,
+  )
+  .filter((t) => !CLIENT_FRAME_TYPES.has(t));
 
 /** A string a little over `max` characters. */
 function longer(char: string, max: number): fc.Arbitrary<string> {
@@ -181,7 +254,11 @@ const badAction = fc.oneof(
   fc.constant({ type: 'change_agent_state' }),
   fc.record({
     type: fc.constant('change_agent_state'),
-    state: fc.oneof(notAString, oddString.filter((s) => !AGENT_STATES.has(s)), fc.constantFrom('RUNNING', 'Stopped', 'stopped ', 'hacked')),
+    state: fc.oneof(
+      notAString,
+      oddString.filter((s) => !AGENT_STATES.has(s)),
+      fc.constantFrom('RUNNING', 'Stopped', 'stopped ', 'hacked'),
+    ),
   }),
   fc.record({ type: fc.constant('message'), text: fc.string({ minLength: 1 }) }),
   fc.record({ type: fc.constant('run'), cmd: fc.constant('rm -rf /') }),
@@ -190,15 +267,17 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof RawNumber);
 }
 
-const badClientId = fc.oneof(
-  notAString,
-  fc.constant(''),
-  longer('k', CLIENT_ID_MAX_CHARS),
-);
+const badClientId = fc.oneof(notAString, fc.constant(''), longer('k', CLIENT_ID_MAX_CHARS));
 
 const badUserAction: fc.Arbitrary<FuzzFrame> = fc.oneof(
   extraFields.map((extra) => ({ kind: 'user_action without action', text: toJson({ type: 'user_action', ...extra }) })),
-  fc.tuple(badAction, extraFields, extraFields, fc.option(fc.string({ minLength: 1, maxLength: 16 }), { nil: undefined }))
+  fc
+    .tuple(
+      badAction,
+      extraFields,
+      extraFields,
+      fc.option(fc.string({ minLength: 1, maxLength: 16 }), { nil: undefined }),
+    )
     .map(([action, extra, actionExtra, clientId]) => ({
       kind: 'user_action with a bad action',
       text: toJson({
@@ -215,11 +294,42 @@ const badUserAction: fc.Arbitrary<FuzzFrame> = fc.oneof(
 );
 
 const SYNTAX_ERRORS = [
-  '', ' ', '\n', '{', '}', '[', '{"type":"ping"', '{"type":"ping",}', '{"type":"ping"}}', '{"type":"ping"} x', "{'type':'ping'}",
-  '{type:"ping"}', '{"type":"ping" /* c */}', '// {"type":"ping"}', 'NaN', 'Infinity', '-Infinity', 'undefined', '{"type":NaN}',
-  '{"type":"user_action","action":{"type":"message","content":"hi"},"client_id":Infinity}', '\uFEFF{"type":"ping"}',
-  '"unterminated', '{"type":"\u0001"}', '{"type":"ping\n"}', '{"a":01}', '{"a":.5}', '{"a":+1}', '{"a":0x10}', '{"a":1.}',
-  '{"a":"\\x41"}', '{"a":"\\u12"}', '{"a":"\\ud800\\u"}', 'tru', 'nul', '{"type":"ping"}\u0000', '\u0000',
+  '',
+  ' ',
+  '\n',
+  '{',
+  '}',
+  '[',
+  '{"type":"ping"',
+  '{"type":"ping",}',
+  '{"type":"ping"}}',
+  '{"type":"ping"} x',
+  "{'type':'ping'}",
+  '{type:"ping"}',
+  '{"type":"ping" /* c */}',
+  '// {"type":"ping"}',
+  'NaN',
+  'Infinity',
+  '-Infinity',
+  'undefined',
+  '{"type":NaN}',
+  '{"type":"user_action","action":{"type":"message","content":"hi"},"client_id":Infinity}',
+  '\uFEFF{"type":"ping"}',
+  '"unterminated',
+  '{"type":"\u0001"}',
+  '{"type":"ping\n"}',
+  '{"a":01}',
+  '{"a":.5}',
+  '{"a":+1}',
+  '{"a":0x10}',
+  '{"a":1.}',
+  '{"a":"\\x41"}',
+  '{"a":"\\u12"}',
+  '{"a":"\\ud800\\u"}',
+  'tru',
+  'nul',
+  '{"type":"ping"}\u0000',
+  '\u0000',
 ];
 const badJson: fc.Arbitrary<FuzzFrame> = fc.oneof(
   fc.constantFrom(...SYNTAX_ERRORS).map((text) => ({ kind: 'syntax error', text })),
@@ -241,13 +351,28 @@ const notObjectFrames: fc.Arbitrary<FuzzFrame> = fc.oneof(
 );
 const objectsWithoutType: fc.Arbitrary<FuzzFrame> = fc.oneof(
   fc
-    .dictionary(oddString.filter((k) => k !== 'type'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 })
+    .dictionary(
+      oddString.filter((k) => k !== 'type'),
+      fc.jsonValue({ maxDepth: 2 }),
+      { maxKeys: 4 },
+    )
     .map((o) => ({ kind: 'object without type', text: toJson(o) })),
-  fc.tuple(notAString, extraFields).map(([type, extra]) => ({ kind: 'type not a string', text: toJson({ ...extra, type }) })),
-  fc.constantFrom(
-    '{"__proto__":{"type":"ping"}}', '{"Type":"ping"}', '{"type ":"ping"}', '{"type":"ping","type":1}', '{"type":["ping"]}',
-    '{"type":{"toString":"ping"}}', '{"constructor":{"prototype":{"type":"ping"}}}', '{"type":-0}', '{"type":18446744073709551616}',
-  ).map((text) => ({ kind: 'object without a string type', text })),
+  fc
+    .tuple(notAString, extraFields)
+    .map(([type, extra]) => ({ kind: 'type not a string', text: toJson({ ...extra, type }) })),
+  fc
+    .constantFrom(
+      '{"__proto__":{"type":"ping"}}',
+      '{"Type":"ping"}',
+      '{"type ":"ping"}',
+      '{"type":"ping","type":1}',
+      '{"type":["ping"]}',
+      '{"type":{"toString":"ping"}}',
+      '{"constructor":{"prototype":{"type":"ping"}}}',
+      '{"type":-0}',
+      '{"type":18446744073709551616}',
+    )
+    .map((text) => ({ kind: 'object without a string type', text })),
 );
 const unknownTypeFrames: fc.Arbitrary<FuzzFrame> = fc.tuple(unknownType, extraFields).map(([type, extra]) => ({
   kind: 'unknown frame type',
@@ -255,10 +380,12 @@ const unknownTypeFrames: fc.Arbitrary<FuzzFrame> = fc.tuple(unknownType, extraFi
 }));
 const binaryFrames: fc.Arbitrary<FuzzFrame> = fc.oneof(
   fc.uint8Array({ maxLength: 2_048 }).map((binary) => ({ kind: 'binary frame', binary })),
-  fc.constantFrom('{"type":"ping"}', '{"type":"user_action","action":{"type":"message","content":"hi"}}').map((json) => ({
-    kind: 'binary frame holding a valid frame',
-    binary: new TextEncoder().encode(json),
-  })),
+  fc
+    .constantFrom('{"type":"ping"}', '{"type":"user_action","action":{"type":"message","content":"hi"}}')
+    .map((json) => ({
+      kind: 'binary frame holding a valid frame',
+      binary: new TextEncoder().encode(json),
+    })),
 );
 
 /** A frame whose UTF-8 size is `bytes`: `prefix`, then `unit` repeated, then `suffix`. */
@@ -275,8 +402,18 @@ const nearLimit: fc.Arbitrary<FuzzFrame> = fc
     fc.integer({ min: 1, max: 4_096 }),
     fc.constantFrom(
       ['message content too long', '{"type":"user_action","action":{"type":"message","content":"', 'x', '"}}'],
-      ['message content of emoji, too long', '{"type":"user_action","action":{"type":"message","content":"', '😀', '"}}'],
-      ['message content of escaped lone surrogates', '{"type":"user_action","action":{"type":"message","content":"', '\\ud800', '"}}'],
+      [
+        'message content of emoji, too long',
+        '{"type":"user_action","action":{"type":"message","content":"',
+        '😀',
+        '"}}',
+      ],
+      [
+        'message content of escaped lone surrogates',
+        '{"type":"user_action","action":{"type":"message","content":"',
+        '\\ud800',
+        '"}}',
+      ],
       ['long unknown type', '{"type":"', '\u202Eא', '"}'],
       ['long unterminated string', '{"type":"user_action","action":{"type":"message","content":"', 'z', ''],
       ['long JSON string of escaped NULs', '"', '\\u0000', '"'],
@@ -284,7 +421,10 @@ const nearLimit: fc.Arbitrary<FuzzFrame> = fc
       ['long client_id', '{"type":"user_action","action":{"type":"reconnect_runtime"},"client_id":"', 'k', '"}'],
     ),
   )
-  .map(([under, [kind, prefix, unit, suffix]]) => ({ kind: `near the limit: ${kind}`, text: sized(prefix, unit, suffix, MAX_FRAME_BYTES - under) }));
+  .map(([under, [kind, prefix, unit, suffix]]) => ({
+    kind: `near the limit: ${kind}`,
+    text: sized(prefix, unit, suffix, MAX_FRAME_BYTES - under),
+  }));
 
 const fuzzFrame: fc.Arbitrary<FuzzFrame> = fc.oneof(
   { arbitrary: badJson, weight: 20 },
@@ -360,7 +500,8 @@ async function fuzzConnection(client: WsClient, connection: number): Promise<Con
     const answers = client.frames.slice(from, client.frames.indexOf(pong, from));
     // Status frames are transient news about the conversation, not answers to a frame.
     const replies = answers.filter((f) => f.type !== 'status');
-    for (const f of replies) if (f.type !== 'error') tally.otherFrames.push(`batch ${b}: ${JSON.stringify(f).slice(0, 200)}`);
+    for (const f of replies)
+      if (f.type !== 'error') tally.otherFrames.push(`batch ${b}: ${JSON.stringify(f).slice(0, 200)}`);
     const errors = replies.filter((f): f is ErrorFrame => f.type === 'error');
     tally.errors += errors.length;
     if (errors.length !== batch.length) {
@@ -372,7 +513,9 @@ async function fuzzConnection(client: WsClient, connection: number): Promise<Con
       tally.byCode[error.code] = (tally.byCode[error.code] ?? 0) + 1;
       const want = expectedCode(frame);
       if (error.code !== want || error.message.trim() === '') {
-        tally.mismatches.push(`batch ${b} frame ${i} (${preview(frame)}): expected ${want}, got ${error.code} ${JSON.stringify(error.message).slice(0, 200)}`);
+        tally.mismatches.push(
+          `batch ${b} frame ${i} (${preview(frame)}): expected ${want}, got ${error.code} ${JSON.stringify(error.message).slice(0, 200)}`,
+        );
       }
     });
   }
@@ -398,7 +541,9 @@ describe('a fuzzed WebSocket peer', () => {
     expect(tallies.map((t) => ({ mismatches: t.mismatches, framesThatAnswerNothing: t.otherFrames }))).toEqual(
       tallies.map(() => ({ mismatches: [], framesThatAnswerNothing: [] })),
     );
-    expect(tallies.map((t) => [t.sent, t.errors])).toEqual(tallies.map(() => [FRAMES / CONNECTIONS, FRAMES / CONNECTIONS]));
+    expect(tallies.map((t) => [t.sent, t.errors])).toEqual(
+      tallies.map(() => [FRAMES / CONNECTIONS, FRAMES / CONNECTIONS]),
+    );
     // Every kind of refusal was exercised, so a parser that lumps them together is noticed.
     expect(Object.keys(byCode).sort()).toEqual(['BAD_FRAME', 'BAD_JSON', 'UNKNOWN_FRAME_TYPE']);
 
@@ -409,7 +554,12 @@ describe('a fuzzed WebSocket peer', () => {
     }
 
     // A bad frame is the client's problem: the server logs no error for any of them.
-    expect(server.stderr().split('\n').filter((line) => /"level":"(error|fatal)"/.test(line))).toEqual([]);
+    expect(
+      server
+        .stderr()
+        .split('\n')
+        .filter((line) => /"level":"(error|fatal)"/.test(line)),
+    ).toEqual([]);
 
     // Nothing was stored: no user event beyond conversation_created, no event of any kind.
     const after = await allEvents(server.baseUrl, conversationId);
@@ -432,7 +582,10 @@ describe('a fuzzed WebSocket peer', () => {
       (f) => f.type === 'event' && f.event.source === 'agent' && f.event.type === 'message',
       { from, what: "the agent's reply", timeoutMs: 30_000 },
     );
-    expect(reply).toMatchObject({ type: 'event', event: { conversation_id: conversationId, source: 'agent', type: 'message' } });
+    expect(reply).toMatchObject({
+      type: 'event',
+      event: { conversation_id: conversationId, source: 'agent', type: 'message' },
+    });
     expect(client.frames.slice(from).filter((f) => f.type === 'error')).toEqual([]);
 
     const after = await idle(conversationId);
@@ -442,7 +595,10 @@ describe('a fuzzed WebSocket peer', () => {
     expect(users.map((e) => e.event)).toEqual([
       expect.objectContaining({ type: 'message', data: { content: 'a valid message after the fuzz' } }),
     ]);
-    expect(after.filter((e) => e.event.source === 'user').map((e) => e.event.type)).toEqual(['conversation_created', 'message']);
+    expect(after.filter((e) => e.event.source === 'user').map((e) => e.event.type)).toEqual([
+      'conversation_created',
+      'message',
+    ]);
   }, 60_000);
 
   it('refuses a cursor that is a huge, negative-zero or exponent number with close 4000 and no sync', async () => {

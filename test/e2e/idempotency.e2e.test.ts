@@ -75,9 +75,12 @@ describe('actions retried with the same client_id', () => {
     const again = await connect(id, cursor);
     again.sendMessage('sent before the drop', 'retry-ws-1');
     again.sendMessage('a new message', 'retry-ws-2');
-    await again.waitFor((f) => f.type === 'event' && f.event.type === 'message' && f.event.data.content === 'a new message', {
-      what: 'the new message',
-    });
+    await again.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'message' && f.event.data.content === 'a new message',
+      {
+        what: 'the new message',
+      },
+    );
     await again.roundTrip();
     const contents = userEvents(await allEvents(server.baseUrl, id)).flatMap((e) =>
       e.event.type === 'message' ? [e.event.data.content] : [],
@@ -93,7 +96,10 @@ describe('actions retried with the same client_id', () => {
     expect(first.status).toBe(202);
     // The retry of an action that was stored must get the same success, not an error.
     const retry = await post(id, body);
-    expect({ status: retry.status, body: retry.body }).toEqual({ status: 202, body: { seq: first.body.seq, duplicate: true } });
+    expect({ status: retry.status, body: retry.body }).toEqual({
+      status: 202,
+      body: { seq: first.body.seq, duplicate: true },
+    });
     const stops = userEvents(await allEvents(server.baseUrl, id)).filter((e) => e.event.type === 'change_agent_state');
     expect(stops).toHaveLength(1);
   });
@@ -103,15 +109,21 @@ describe('actions retried with the same client_id', () => {
     const client = await connect(id);
     const run = { type: 'user_action', action: { type: 'run', command: 'sleep 2' }, client_id: 'retry-run-1' };
     client.send(run);
-    await client.waitFor((f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running', {
-      what: 'the command to start',
-    });
+    await client.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running',
+      {
+        what: 'the command to start',
+      },
+    );
     client.send(run);
     // Actions of one connection are handled in order: once this one is stored, the retry has been answered.
     client.sendMessage('barrier', 'retry-run-barrier');
-    await client.waitFor((f) => f.type === 'event' && f.event.type === 'message' && f.event.data.content === 'barrier', {
-      what: 'the barrier message',
-    });
+    await client.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'message' && f.event.data.content === 'barrier',
+      {
+        what: 'the barrier message',
+      },
+    );
     await client.roundTrip();
     expect(client.frames.filter((f) => f.type === 'error')).toEqual([]);
     const commands = userEvents(await allEvents(server.baseUrl, id)).filter((e) => e.event.type === 'command');

@@ -11,7 +11,14 @@ import {
   sleep,
   userMessages,
 } from '../support/faults.ts';
-import { allEvents, createConversation, http, makeDataDir, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import {
+  allEvents,
+  createConversation,
+  http,
+  makeDataDir,
+  startServer,
+  type ServerProcess,
+} from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
 const ROUNDS = 10;
@@ -82,10 +89,15 @@ async function start(dataDir: string): Promise<ServerProcess> {
 
 /** POST a message action; null when no answer came (the server died under it). */
 async function post(server: ServerProcess, sent: Sent) {
-  return http<{ seq: number; duplicate: boolean }>(server.baseUrl, 'POST', `/api/conversations/${sent.conversationId}/actions`, {
-    action: { type: 'message', content: sent.content },
-    client_id: sent.clientId,
-  }).catch(() => null);
+  return http<{ seq: number; duplicate: boolean }>(
+    server.baseUrl,
+    'POST',
+    `/api/conversations/${sent.conversationId}/actions`,
+    {
+      action: { type: 'message', content: sent.content },
+      client_id: sent.clientId,
+    },
+  ).catch(() => null);
 }
 
 describe('kill -9 of the server, again and again, while 50 conversations are busy', () => {
@@ -111,7 +123,11 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
       const wave: Sent[] = [];
       for (let m = 0; m < MESSAGES_PER_ROUND; m++) {
         for (const [c, id] of ids.entries()) {
-          wave.push({ conversationId: id, content: `round ${round} conversation ${c} message ${m}`, clientId: `r${round}-c${c}-m${m}` });
+          wave.push({
+            conversationId: id,
+            content: `round ${round} conversation ${c} message ${m}`,
+            clientId: `r${round}-c${c}-m${m}`,
+          });
         }
       }
       const killAfter = killAfterAcks(round);
@@ -130,7 +146,12 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
         sent.get(message.conversationId)!.add(message.content);
         const res = await post(victim, message);
         if (res?.status === 202) {
-          acked.set(message.content, { conversationId: message.conversationId, seq: res.body.seq, duplicate: res.body.duplicate, round });
+          acked.set(message.content, {
+            conversationId: message.conversationId,
+            seq: res.body.seq,
+            duplicate: res.body.duplicate,
+            round,
+          });
           acks += 1;
           if (acks >= killAfter) killed ??= killHard(victim);
         } else {
@@ -157,9 +178,17 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
         }
         return { message, ack: undefined };
       });
-      expect(retried.filter((r) => !r.ack).map((r) => r.message.clientId), `round ${round}: retries never answered 202`).toEqual([]);
+      expect(
+        retried.filter((r) => !r.ack).map((r) => r.message.clientId),
+        `round ${round}: retries never answered 202`,
+      ).toEqual([]);
       for (const { message, ack } of retried) {
-        acked.set(message.content, { conversationId: message.conversationId, seq: ack!.seq, duplicate: ack!.duplicate, round });
+        acked.set(message.content, {
+          conversationId: message.conversationId,
+          seq: ack!.seq,
+          duplicate: ack!.duplicate,
+          round,
+        });
       }
       unknown = [];
 
@@ -167,12 +196,21 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
       const infos = await inPool(ids, CONCURRENCY, (id) => http(server.baseUrl, 'GET', `/api/conversations/${id}`));
       const badInfos = infos
         .map((res, i) => ({ id: ids[i]!, res }))
-        .filter(({ id, res }) => res.status !== 200 || !ConversationInfo.safeParse(res.body).success || (res.body as ConversationInfo).conversation_id !== id)
+        .filter(
+          ({ id, res }) =>
+            res.status !== 200 ||
+            !ConversationInfo.safeParse(res.body).success ||
+            (res.body as ConversationInfo).conversation_id !== id,
+        )
         .map(({ id, res }) => `${id}: ${res.status} ${res.text.slice(0, 200)}`);
       expect(badInfos, `round ${round}: conversations that did not come back`).toEqual([]);
 
       const probes = await inPool(ids, CONCURRENCY, async (id, c) => {
-        const probe: Sent = { conversationId: id, content: `after kill ${round}, conversation ${c}`, clientId: `probe-${round}-${c}` };
+        const probe: Sent = {
+          conversationId: id,
+          content: `after kill ${round}, conversation ${c}`,
+          clientId: `probe-${round}-${c}`,
+        };
         sent.get(id)!.add(probe.content);
         const res = await post(server, probe);
         expect(res?.status, `round ${round}: ${id} refused a new message: ${res?.text}`).toBe(202);
@@ -192,30 +230,46 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
         const storedAt = new Map(userMessages(log).map((e) => [e.event.data.content, e.seq]));
         for (const [content, ack] of acked) {
           if (ack.conversationId !== id) continue;
-          if (counts.get(content) !== 1) problems.push(`${where}: "${content}" acknowledged (round ${ack.round}, seq ${ack.seq}) but stored ${counts.get(content) ?? 0} times`);
-          else if (storedAt.get(content) !== ack.seq) problems.push(`${where}: "${content}" acknowledged at seq ${ack.seq} but stored at ${storedAt.get(content)}`);
+          if (counts.get(content) !== 1)
+            problems.push(
+              `${where}: "${content}" acknowledged (round ${ack.round}, seq ${ack.seq}) but stored ${counts.get(content) ?? 0} times`,
+            );
+          else if (storedAt.get(content) !== ack.seq)
+            problems.push(
+              `${where}: "${content}" acknowledged at seq ${ack.seq} but stored at ${storedAt.get(content)}`,
+            );
         }
-        for (const m of userMessages(log)) if (!sent.get(id)!.has(m.event.data.content)) problems.push(`${where}: "${m.event.data.content}" was never sent`);
+        for (const m of userMessages(log))
+          if (!sent.get(id)!.has(m.event.data.content))
+            problems.push(`${where}: "${m.event.data.content}" was never sent`);
         // Recovery retries a pending step; it must not answer a message twice.
         const answered = new Map<number, number>();
-        for (const e of log) if (e.event.source === 'agent' && e.event.type === 'message' && e.event.cause !== undefined) answered.set(e.event.cause, (answered.get(e.event.cause) ?? 0) + 1);
-        for (const [cause, n] of answered) if (n > 1) problems.push(`${where}: ${n} agent messages answer event #${cause}`);
+        for (const e of log)
+          if (e.event.source === 'agent' && e.event.type === 'message' && e.event.cause !== undefined)
+            answered.set(e.event.cause, (answered.get(e.event.cause) ?? 0) + 1);
+        for (const [cause, n] of answered)
+          if (n > 1) problems.push(`${where}: ${n} agent messages answer event #${cause}`);
         // Every event frame a watcher got before the kill is in the log, the same event at the same seq.
         for (const { ws } of watchers.filter((w) => w.id === id)) {
           const bySeq = new Map(log.map((e) => [e.seq, e.event]));
           for (const f of ws.events()) {
-            if (JSON.stringify(bySeq.get(f.seq)) !== JSON.stringify(f.event)) problems.push(`${where}: event frame at seq ${f.seq} (${f.event.type}) is not in the log as sent`);
+            if (JSON.stringify(bySeq.get(f.seq)) !== JSON.stringify(f.event))
+              problems.push(`${where}: event frame at seq ${f.seq} (${f.event.type}) is not in the log as sent`);
           }
-          if (ws.invalid.length > 0) problems.push(`${where}: invalid frames ${JSON.stringify(ws.invalid).slice(0, 300)}`);
+          if (ws.invalid.length > 0)
+            problems.push(`${where}: invalid frames ${JSON.stringify(ws.invalid).slice(0, 300)}`);
         }
         // The log only grows: what was there after the last restart is still there, unchanged.
         const before = previousLogs.get(id) ?? [];
-        if (JSON.stringify(log.slice(0, before.length)) !== JSON.stringify(before)) problems.push(`${where}: the log changed below its previous end:\n${describeLog(log)}`);
+        if (JSON.stringify(log.slice(0, before.length)) !== JSON.stringify(before))
+          problems.push(`${where}: the log changed below its previous end:\n${describeLog(log)}`);
       }
       expect(problems).toEqual([]);
       const midTask = ids.filter((id) => {
         const log = logs.get(id)!;
-        const back = log.findIndex((e, i) => i >= (previousLogs.get(id)?.length ?? 0) && e.event.type === 'session_rehydrated');
+        const back = log.findIndex(
+          (e, i) => i >= (previousLogs.get(id)?.length ?? 0) && e.event.type === 'session_rehydrated',
+        );
         const beforeKill = back > 0 ? log[back - 1]!.event : undefined;
         return !(beforeKill?.type === 'agent_state_changed' && beforeKill.data.state === 'awaiting_user_input');
       }).length;
@@ -236,7 +290,9 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
       });
     }
 
-    console.log(`kill loop figures: ${JSON.stringify({ rounds: figures, acknowledged: acked.size, total_ms: Date.now() - startedAt })}`);
+    console.log(
+      `kill loop figures: ${JSON.stringify({ rounds: figures, acknowledged: acked.size, total_ms: Date.now() - startedAt })}`,
+    );
   }, 300_000);
 });
 
@@ -244,7 +300,11 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
  * Waits until each conversation's new message is answered: an agent message
  * whose cause is that message. Returns the logs then.
  */
-async function untilAnswered(server: ServerProcess, probes: ReadonlyArray<{ id: string; seq: number }>, round: number): Promise<Map<string, LoggedEvent[]>> {
+async function untilAnswered(
+  server: ServerProcess,
+  probes: ReadonlyArray<{ id: string; seq: number }>,
+  round: number,
+): Promise<Map<string, LoggedEvent[]>> {
   const deadline = Date.now() + ANSWER_TIMEOUT_MS;
   const logs = new Map<string, LoggedEvent[]>();
   let waiting = [...probes];
@@ -254,11 +314,16 @@ async function untilAnswered(server: ServerProcess, probes: ReadonlyArray<{ id: 
     waiting = waiting.filter((p) => {
       const log = logs.get(p.id)!;
       const probe = log.find((e) => e.seq === p.seq);
-      return !(probe && log.some((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === probe.event.id));
+      return !(
+        probe &&
+        log.some((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === probe.event.id)
+      );
     });
     if (waiting.length > 0) await sleep(200);
   }
-  const late = waiting.map((p) => `${p.id} (message at seq ${p.seq}):\n${describeLog((logs.get(p.id) ?? []).slice(-15))}`);
+  const late = waiting.map(
+    (p) => `${p.id} (message at seq ${p.seq}):\n${describeLog((logs.get(p.id) ?? []).slice(-15))}`,
+  );
   expect(late, `round ${round}: new messages not answered within ${ANSWER_TIMEOUT_MS} ms`).toEqual([]);
   return logs;
 }

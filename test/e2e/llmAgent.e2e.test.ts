@@ -15,7 +15,12 @@ let server: ServerProcess;
 beforeAll(async () => {
   llm = await startFakeLlmServer();
   server = await startServer({
-    env: { TETHER_LLM_BASE_URL: llm.baseUrl, TETHER_LLM_API_KEY: KEY, TETHER_LLM_MODEL: 'fake-model', TETHER_LLM_PRICE_PROMPT: '1' },
+    env: {
+      TETHER_LLM_BASE_URL: llm.baseUrl,
+      TETHER_LLM_API_KEY: KEY,
+      TETHER_LLM_MODEL: 'fake-model',
+      TETHER_LLM_PRICE_PROMPT: '1',
+    },
   });
 }, 60_000);
 
@@ -91,14 +96,22 @@ describe('the LLM agent', () => {
     const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
     await client.waitFor((f) => f.type === 'sync');
     client.sendMessage('hello?');
-    await client.waitFor((f) => f.type === 'status' && f.id === 'STATUS$ERROR_LLM_AUTHENTICATION', { what: 'the status frame' });
+    await client.waitFor((f) => f.type === 'status' && f.id === 'STATUS$ERROR_LLM_AUTHENTICATION', {
+      what: 'the status frame',
+    });
     const events = await untilState(id, 'error');
-    expect(events.find((e) => e.event.type === 'agent_error')?.event.data).toMatchObject({ code: 'LLM_AUTHENTICATION' });
+    expect(events.find((e) => e.event.type === 'agent_error')?.event.data).toMatchObject({
+      code: 'LLM_AUTHENTICATION',
+    });
     await client.close();
   }, 30_000);
 
   it('waits in rate_limited and tries the step again when the LLM is rate limiting', async () => {
-    llm.enqueue(failure(429, { 'retry-after-ms': '200' }), failure(429, { 'retry-after-ms': '200' }), text('Here I am.'));
+    llm.enqueue(
+      failure(429, { 'retry-after-ms': '200' }),
+      failure(429, { 'retry-after-ms': '200' }),
+      text('Here I am.'),
+    );
     const id = await create({ initial_message: 'are you there?' });
     const events = await untilState(id, 'awaiting_user_input');
     const states = events.flatMap((e) => (e.event.type === 'agent_state_changed' ? [e.event.data.state] : []));

@@ -1,6 +1,13 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allEvents, createConversation, eventually, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import {
+  allEvents,
+  createConversation,
+  eventually,
+  http,
+  startServer,
+  type ServerProcess,
+} from '../support/serverProcess.ts';
 
 let server: ServerProcess;
 
@@ -20,7 +27,8 @@ function natsPid(dataDir: string): number | undefined {
       const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
       const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-      if (cmdline[0]?.endsWith('nats-server') && cmdline.some((a) => a.startsWith(dataDir)) && state !== 'Z') return Number(entry);
+      if (cmdline[0]?.endsWith('nats-server') && cmdline.some((a) => a.startsWith(dataDir)) && state !== 'Z')
+        return Number(entry);
     } catch {
       // gone meanwhile
     }
@@ -44,14 +52,20 @@ describe('NATS going away', () => {
     expect(pid).toBeDefined();
     process.kill(pid!, 'SIGKILL');
     const statuses = new Set<number>();
-    await eventually(async () => {
-      const status = (await http(server.baseUrl, 'GET', '/readyz')).status;
-      statuses.add(status);
-      return statuses.has(503) && status === 200 ? true : undefined;
-    }, 'readyz to go 503 then back to 200', 30_000);
+    await eventually(
+      async () => {
+        const status = (await http(server.baseUrl, 'GET', '/readyz')).status;
+        statuses.add(status);
+        return statuses.has(503) && status === 200 ? true : undefined;
+      },
+      'readyz to go 503 then back to 200',
+      30_000,
+    );
     expect(natsPid(server.dataDir)).not.toBe(pid);
 
-    const sent = await http(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, { action: { type: 'message', content: 'after the fault' } });
+    const sent = await http(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, {
+      action: { type: 'message', content: 'after the fault' },
+    });
     expect(sent.status).toBe(202);
     const after = await eventually(async () => {
       const events = await allEvents(server.baseUrl, id);

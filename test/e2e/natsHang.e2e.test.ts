@@ -1,5 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { contentCounts, deliveryProblem, embeddedNatsPid, idProblem, untilQuiet, type Connection } from '../support/faults.ts';
+import {
+  contentCounts,
+  deliveryProblem,
+  embeddedNatsPid,
+  idProblem,
+  untilQuiet,
+  type Connection,
+} from '../support/faults.ts';
 import { createConversation, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
 
@@ -12,7 +19,10 @@ afterEach(async () => {
 });
 
 const isMessageEvent = (frame: Frame, content: string) =>
-  frame.type === 'event' && frame.event.source === 'user' && frame.event.type === 'message' && frame.event.data.content === content;
+  frame.type === 'event' &&
+  frame.event.source === 'user' &&
+  frame.event.type === 'message' &&
+  frame.event.data.content === content;
 
 describe('a hung NATS server', () => {
   it('says not ready while nats-server hangs, and sends an open ws client the message it stored after its acknowledgement timed out', async (ctx) => {
@@ -37,7 +47,9 @@ describe('a hung NATS server', () => {
       ws.sendMessage('sent while nats-server hangs', 'hung-1');
       // Its connection looks fine, but it does not answer: not ready.
       readyWhileHung = (await http(server.baseUrl, 'GET', '/readyz')).status;
-      error = await ws.waitFor((f) => f.type === 'error' || isMessageEvent(f, 'sent while nats-server hangs'), { timeoutMs: 20_000 });
+      error = await ws.waitFor((f) => f.type === 'error' || isMessageEvent(f, 'sent while nats-server hangs'), {
+        timeoutMs: 20_000,
+      });
     } finally {
       process.kill(nats!, 'SIGCONT');
     }
@@ -47,7 +59,10 @@ describe('a hung NATS server', () => {
     expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
 
     ws.sendMessage('sent after it runs again', 'after-1');
-    await ws.waitFor((f) => isMessageEvent(f, 'sent after it runs again'), { timeoutMs: 20_000, what: 'the next message back' });
+    await ws.waitFor((f) => isMessageEvent(f, 'sent after it runs again'), {
+      timeoutMs: 20_000,
+      what: 'the next message back',
+    });
     const logs = await untilQuiet(server.baseUrl, [id], { timeoutMs: 30_000 });
     await ws.roundTrip();
     const log = logs.get(id)!;

@@ -66,7 +66,10 @@ afterEach(async () => {
 });
 
 const isMessageEvent = (frame: Frame, content: string) =>
-  frame.type === 'event' && frame.event.source === 'user' && frame.event.type === 'message' && frame.event.data.content === content;
+  frame.type === 'event' &&
+  frame.event.source === 'user' &&
+  frame.event.type === 'message' &&
+  frame.event.data.content === content;
 
 /**
  * A ws client that keeps chatting: one user message at a time, each with a
@@ -167,7 +170,10 @@ class Chatter {
     // Waiting for it keeps a late error from being pinned on the next action.
     const at = ws.frames.indexOf(outcome);
     try {
-      const next = await ws.waitFor((f) => f.type === 'event' || f.type === 'error', { from: at + 1, timeoutMs: SETTLE_TIMEOUT_MS });
+      const next = await ws.waitFor((f) => f.type === 'event' || f.type === 'error', {
+        from: at + 1,
+        timeoutMs: SETTLE_TIMEOUT_MS,
+      });
       if (next.type === 'error') action.errorFrames.push(next.code);
     } catch {
       // Nothing followed in time, or the socket closed: the action is done either way.
@@ -217,7 +223,10 @@ describe('a NATS outage under steady traffic', () => {
     const ids = await Promise.all(Array.from({ length: CONVERSATIONS }, () => createConversation(server.baseUrl)));
     await untilQuiet(server.baseUrl, ids, { timeoutMs: 30_000, stableMs: 100 });
     const chatters = ids.flatMap((id, c) =>
-      Array.from({ length: CLIENTS_PER_CONVERSATION }, (_, k) => new Chatter(server, id, `conversation ${c} client ${k}`)),
+      Array.from(
+        { length: CLIENTS_PER_CONVERSATION },
+        (_, k) => new Chatter(server, id, `conversation ${c} client ${k}`),
+      ),
     );
     await Promise.all(chatters.map((c) => c.open()));
     expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
@@ -233,7 +242,10 @@ describe('a NATS outage under steady traffic', () => {
 
     await Promise.all(runs);
     const sendingDone = Date.now();
-    await eventually(async () => ((await http(server.baseUrl, 'GET', '/readyz')).status === 200 ? true : undefined), 'readyz back to 200');
+    await eventually(
+      async () => ((await http(server.baseUrl, 'GET', '/readyz')).status === 200 ? true : undefined),
+      'readyz back to 200',
+    );
     await readyz.stop();
     const logs = await untilQuiet(server.baseUrl, ids, { timeoutMs: 60_000 });
     // Every open socket has received all that was sent to it.
@@ -247,7 +259,9 @@ describe('a NATS outage under steady traffic', () => {
       actions: actions.length,
       acknowledged_by_event_frame: actions.filter(({ action }) => action.wsOutcome === 'event').length,
       answered_by_error_frame: actions.filter(({ action }) => action.wsOutcome === 'error').length,
-      error_frame_after_event_frame: actions.filter(({ action }) => action.wsOutcome === 'event' && action.errorFrames.length > 0).length,
+      error_frame_after_event_frame: actions.filter(
+        ({ action }) => action.wsOutcome === 'event' && action.errorFrames.length > 0,
+      ).length,
       error_codes: actions
         .flatMap(({ action }) => action.errorFrames)
         .reduce<Record<string, number>>((byCode, code) => ({ ...byCode, [code]: (byCode[code] ?? 0) + 1 }), {}),
@@ -257,7 +271,9 @@ describe('a NATS outage under steady traffic', () => {
       retry_stored_it: actions.filter(({ action }) => action.restAck?.duplicate === false).length,
       retry_found_it_stored: actions.filter(({ action }) => action.restAck?.duplicate === true).length,
       failed_retry_answers: actions.reduce((n, { action }) => n + action.failedRetries.length, 0),
-      sent_during_outage: notReady ? actions.filter(({ action }) => action.sentAt >= killedAt && action.sentAt <= notReady.to).length : 0,
+      sent_during_outage: notReady
+        ? actions.filter(({ action }) => action.sentAt >= killedAt && action.sentAt <= notReady.to).length
+        : 0,
       stored_user_messages: [...logs.values()].reduce((n, log) => n + userMessages(log).length, 0),
       stored_events: [...logs.values()].reduce((n, log) => n + log.length, 0),
       unanswered_user_messages: [...logs.values()].reduce((n, log) => n + unanswered(log).length, 0),
@@ -293,21 +309,27 @@ describe('a NATS outage under steady traffic', () => {
         const acks = [...(framed.get(action.content) ?? []), ...(action.restAck ? [action.restAck.seq] : [])];
         // Acknowledged (event frame or REST 202): stored exactly once, where the acknowledgement said.
         for (const seq of acks) {
-          if (counts.get(action.content) !== 1) problems.push(`${what}: acknowledged at seq ${seq} but stored ${counts.get(action.content) ?? 0} times`);
-          else if (stored.get(action.content) !== seq) problems.push(`${what}: acknowledged at seq ${seq} but stored at ${stored.get(action.content)}`);
+          if (counts.get(action.content) !== 1)
+            problems.push(`${what}: acknowledged at seq ${seq} but stored ${counts.get(action.content) ?? 0} times`);
+          else if (stored.get(action.content) !== seq)
+            problems.push(`${what}: acknowledged at seq ${seq} but stored at ${stored.get(action.content)}`);
         }
         // None vanished: acknowledged by its event frame, or refused with an error frame.
-        if (action.wsOutcome !== 'event' && action.errorFrames.length === 0) problems.push(`${what}: neither an event frame nor an error frame`);
+        if (action.wsOutcome !== 'event' && action.errorFrames.length === 0)
+          problems.push(`${what}: neither an event frame nor an error frame`);
         // Retried until stored: every action ends acknowledged, and stored once.
         if (acks.length === 0) problems.push(`${what}: never acknowledged`);
-        if ((counts.get(action.content) ?? 0) !== 1) problems.push(`${what}: stored ${counts.get(action.content) ?? 0} times`);
+        if ((counts.get(action.content) ?? 0) !== 1)
+          problems.push(`${what}: stored ${counts.get(action.content) ?? 0} times`);
       }
     }
     expect(problems).toEqual([]);
 
     // Nothing else was stored.
     for (const id of ids) {
-      const sent = new Set(chatters.filter((c) => c.conversationId === id).flatMap((c) => c.actions.map((a) => a.content)));
+      const sent = new Set(
+        chatters.filter((c) => c.conversationId === id).flatMap((c) => c.actions.map((a) => a.content)),
+      );
       expect(userMessages(logs.get(id)!).filter((m) => !sent.has(m.event.data.content))).toEqual([]);
     }
 
@@ -326,8 +348,15 @@ describe('a NATS outage under steady traffic', () => {
     // The scripted agent answers every user message, once.
     for (const id of ids) {
       const log = logs.get(id)!;
-      const answers = userMessages(log).map((m) => [m.event.data.content, answersTo(log, m.event.data.content).length] as const);
-      expect.soft(answers.filter(([, n]) => n !== 1), `${id}: messages not answered exactly once`).toEqual([]);
+      const answers = userMessages(log).map(
+        (m) => [m.event.data.content, answersTo(log, m.event.data.content).length] as const,
+      );
+      expect
+        .soft(
+          answers.filter(([, n]) => n !== 1),
+          `${id}: messages not answered exactly once`,
+        )
+        .toEqual([]);
     }
   }, 150_000);
 });

@@ -57,28 +57,45 @@ async function untilPassivated(server: ServerProcess, id: string, what: string):
 }
 
 /** The stored events once `test` holds for them (the events endpoint reads the log; it loads no session). */
-function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean, timeoutMs = 15_000) {
-  return eventually(async () => {
-    const events = await allEvents(server.baseUrl, id);
-    return test(events) ? events : undefined;
-  }, what, timeoutMs);
+function eventsWhen(
+  server: ServerProcess,
+  id: string,
+  what: string,
+  test: (events: LoggedEvent[]) => boolean,
+  timeoutMs = 15_000,
+) {
+  return eventually(
+    async () => {
+      const events = await allEvents(server.baseUrl, id);
+      return test(events) ? events : undefined;
+    },
+    what,
+    timeoutMs,
+  );
 }
 
-
-const answered = (content: string) => (events: readonly LoggedEvent[]) => repliesTo(events, content).length > 0 && endsAwaiting(events);
+const answered = (content: string) => (events: readonly LoggedEvent[]) =>
+  repliesTo(events, content).length > 0 && endsAwaiting(events);
 
 function passivations(events: readonly LoggedEvent[]): Array<LoggedEvent & { event: EventOf<'session_passivated'> }> {
-  return events.filter((e): e is LoggedEvent & { event: EventOf<'session_passivated'> } => e.event.type === 'session_passivated');
+  return events.filter(
+    (e): e is LoggedEvent & { event: EventOf<'session_passivated'> } => e.event.type === 'session_passivated',
+  );
 }
 
 function rehydrations(events: readonly LoggedEvent[]): Array<LoggedEvent & { event: EventOf<'session_rehydrated'> }> {
-  return events.filter((e): e is LoggedEvent & { event: EventOf<'session_rehydrated'> } => e.event.type === 'session_rehydrated');
+  return events.filter(
+    (e): e is LoggedEvent & { event: EventOf<'session_rehydrated'> } => e.event.type === 'session_rehydrated',
+  );
 }
 
 /** One line per event, for failure messages. */
 function describeLog(events: readonly LoggedEvent[]): string {
   return events
-    .map(({ seq, event }) => `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`)
+    .map(
+      ({ seq, event }) =>
+        `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
+    )
     .join('\n');
 }
 
@@ -93,7 +110,10 @@ function expectDenseIds(events: readonly LoggedEvent[]): void {
  */
 function expectPassivatedLog(events: readonly LoggedEvent[], reason: string, state: string): void {
   const left = passivations(events);
-  expect(left.map((e) => e.event.data), `session_passivated events in\n${describeLog(events)}`).toEqual([{ reason, state }]);
+  expect(
+    left.map((e) => e.event.data),
+    `session_passivated events in\n${describeLog(events)}`,
+  ).toEqual([{ reason, state }]);
   expect(events.at(-1)?.event.type).toBe('session_passivated');
   const stopped = events.findLast((e) => e.event.type === 'runtime_status');
   expect(stopped?.event.data).toEqual({ status: 'stopped' });
@@ -107,7 +127,12 @@ function expectPassivatedLog(events: readonly LoggedEvent[], reason: string, sta
  * it left in, it was restored from the snapshot written at passivation (nothing
  * left to fold), and a new message is answered with ids that continue densely.
  */
-async function expectComesBackIntact(server: ServerProcess, id: string, before: readonly LoggedEvent[], state: string): Promise<LoggedEvent[]> {
+async function expectComesBackIntact(
+  server: ServerProcess,
+  id: string,
+  before: readonly LoggedEvent[],
+  state: string,
+): Promise<LoggedEvent[]> {
   const info = await http<ConversationInfo>(server.baseUrl, 'GET', `/api/conversations/${id}`);
   expect(info.status).toBe(200);
   ConversationInfo.parse(info.body);
@@ -121,9 +146,14 @@ async function expectComesBackIntact(server: ServerProcess, id: string, before: 
   expect(rehydrated?.data).toEqual({ from: 'snapshot', events_folded: 0 });
 
   const content = `back again ${id.slice(0, 6)}`;
-  const sent = await http<{ seq: number; duplicate: boolean }>(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, {
-    action: { type: 'message', content },
-  });
+  const sent = await http<{ seq: number; duplicate: boolean }>(
+    server.baseUrl,
+    'POST',
+    `/api/conversations/${id}/actions`,
+    {
+      action: { type: 'message', content },
+    },
+  );
   expect(sent.status).toBe(202);
   expect(sent.body.duplicate).toBe(false);
   const after = await eventsWhen(server, id, `the answer to "${content}"`, answered(content));
@@ -133,7 +163,9 @@ async function expectComesBackIntact(server: ServerProcess, id: string, before: 
   expect(rehydrations(after), 'brought back once').toHaveLength(1);
   expectDenseIds(after);
   // docs/events.md: `cause` is the id of the event an event answers.
-  expect.soft(replies[0]!.event.cause, `cause of the answer to "${content}" in\n${describeLog(after)}`).toBe(userMessage(after, content)!.event.id);
+  expect
+    .soft(replies[0]!.event.cause, `cause of the answer to "${content}" in\n${describeLog(after)}`)
+    .toBe(userMessage(after, content)!.event.id);
   return after;
 }
 
@@ -154,10 +186,13 @@ describe('passivation: sessions leave memory and come back', () => {
     // The last client leaves while the agent is thinking: the session waits for the answer, then leaves.
     const from = client.frames.length;
     client.sendMessage('second');
-    await client.waitFor((f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running', {
-      from,
-      what: 'the agent running on "second"',
-    });
+    await client.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running',
+      {
+        from,
+        what: 'the agent running on "second"',
+      },
+    );
     await client.close();
     await untilPassivated(server, id, 'the session to leave memory after the close delay');
 
@@ -175,9 +210,12 @@ describe('passivation: sessions leave memory and come back', () => {
     const again = await connect(server, id);
     const sync = again.frames[0] as SyncFrame;
     expect(sync).toMatchObject({ type: 'sync', conversation_id: id, state: 'awaiting_user_input' });
-    const rehydrated = await again.waitFor<EventFrame>((f) => f.type === 'event' && f.event.type === 'session_rehydrated', {
-      what: 'session_rehydrated',
-    });
+    const rehydrated = await again.waitFor<EventFrame>(
+      (f) => f.type === 'event' && f.event.type === 'session_rehydrated',
+      {
+        what: 'session_rehydrated',
+      },
+    );
     expect(rehydrated.seq).toBeGreaterThan(before.at(-1)!.seq);
     expect(rehydrated.event.id).toBe(before.length);
     expect(rehydrated.event.data).toEqual({ from: 'snapshot', events_folded: 0 });
@@ -190,7 +228,7 @@ describe('passivation: sessions leave memory and come back', () => {
     expect(again.frames.filter((f) => f.type === 'error')).toEqual([]);
   }, 30_000);
 
-  it('hibernates an idle session while its client stays connected, and answers that client\'s next action on the same socket as if nothing happened', async () => {
+  it("hibernates an idle session while its client stays connected, and answers that client's next action on the same socket as if nothing happened", async () => {
     const idleMs = 700;
     const server = await start({ TETHER_IDLE_MS: String(idleMs), TETHER_AGENT_DELAY_MS: '1500' });
     const id = await createConversation(server.baseUrl);
@@ -221,11 +259,20 @@ describe('passivation: sessions leave memory and come back', () => {
     const from = client.frames.length;
     client.sendMessage('second');
     await client.waitFor(
-      (f) => f.type === 'event' && f.event.source === 'agent' && f.event.type === 'message' && f.event.data.content.includes('second'),
+      (f) =>
+        f.type === 'event' &&
+        f.event.source === 'agent' &&
+        f.event.type === 'message' &&
+        f.event.data.content.includes('second'),
       { from, what: 'the answer to "second" on the socket' },
     );
     // Let it hibernate again so the log stops growing, then compare the socket with the log.
-    const all = await eventsWhen(server, id, 'a second hibernation', (e) => passivations(e).length === 2 && e.at(-1)!.event.type === 'session_passivated');
+    const all = await eventsWhen(
+      server,
+      id,
+      'a second hibernation',
+      (e) => passivations(e).length === 2 && e.at(-1)!.event.type === 'session_passivated',
+    );
     await client.waitUntil(() => client.lastSeq() >= all.at(-1)!.seq, { what: 'every event on the socket' });
     await client.roundTrip();
 
@@ -246,7 +293,9 @@ describe('passivation: sessions leave memory and come back', () => {
     expect(second.event.id).toBeGreaterThan(back.id);
     // It came back in the state it left in, and the action was stored once and answered once.
     expect(stateOf(all.filter((e) => e.event.id < second.event.id))).toBe('awaiting_user_input');
-    expect(all.filter((e) => e.event.type === 'message' && e.event.source === 'user' && e.event.data.content === 'second')).toHaveLength(1);
+    expect(
+      all.filter((e) => e.event.type === 'message' && e.event.source === 'user' && e.event.data.content === 'second'),
+    ).toHaveLength(1);
     expect(repliesTo(all, 'second')).toHaveLength(1);
     expect(passivations(all).map((e) => e.event.data)).toEqual([
       { reason: 'idle', state: 'awaiting_user_input' },
@@ -261,7 +310,9 @@ describe('passivation: sessions leave memory and come back', () => {
     const b = await createConversation(server.baseUrl);
     await eventsWhen(server, b, 'B ready', endsAwaiting);
     // A was created first but used last: B is now the least recently used.
-    const touched = await http(server.baseUrl, 'POST', `/api/conversations/${a}/actions`, { action: { type: 'message', content: 'touch A' } });
+    const touched = await http(server.baseUrl, 'POST', `/api/conversations/${a}/actions`, {
+      action: { type: 'message', content: 'touch A' },
+    });
     expect(touched.status).toBe(202);
     await eventsWhen(server, a, 'the answer to "touch A"', answered('touch A'));
     const two = await listed(server);
@@ -270,7 +321,11 @@ describe('passivation: sessions leave memory and come back', () => {
     const c = await createConversation(server.baseUrl);
     await untilPassivated(server, b, 'B to leave memory when C arrives');
     const afterC = await listed(server);
-    expect({ a: afterC.get(a)?.in_memory, b: afterC.get(b)?.in_memory, c: afterC.get(c)?.in_memory }).toEqual({ a: true, b: false, c: true });
+    expect({ a: afterC.get(a)?.in_memory, b: afterC.get(b)?.in_memory, c: afterC.get(c)?.in_memory }).toEqual({
+      a: true,
+      b: false,
+      c: true,
+    });
     expect(afterC.get(b)?.state).toBeNull();
     const bBefore = await allEvents(server.baseUrl, b);
     expectPassivatedLog(bBefore, 'capacity', 'awaiting_user_input');
@@ -281,7 +336,11 @@ describe('passivation: sessions leave memory and come back', () => {
     await expectComesBackIntact(server, b, bBefore, 'awaiting_user_input');
     await untilPassivated(server, a, 'A to leave memory when B comes back');
     const afterB = await listed(server);
-    expect({ a: afterB.get(a)?.in_memory, b: afterB.get(b)?.in_memory, c: afterB.get(c)?.in_memory }).toEqual({ a: false, b: true, c: true });
+    expect({ a: afterB.get(a)?.in_memory, b: afterB.get(b)?.in_memory, c: afterB.get(c)?.in_memory }).toEqual({
+      a: false,
+      b: true,
+      c: true,
+    });
     const aBefore = await allEvents(server.baseUrl, a);
     expectPassivatedLog(aBefore, 'capacity', 'awaiting_user_input');
     expect(passivations(await allEvents(server.baseUrl, c))).toEqual([]);
@@ -301,10 +360,13 @@ describe('passivation: sessions leave memory and come back', () => {
       const client = clients.get(id)!;
       const from = client.frames.length;
       client.sendMessage(content);
-      await client.waitFor((f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running', {
-        from,
-        what: `${id} running`,
-      });
+      await client.waitFor(
+        (f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running',
+        {
+          from,
+          what: `${id} running`,
+        },
+      );
     };
 
     await runs(oldest, 'task 1');
@@ -312,7 +374,9 @@ describe('passivation: sessions leave memory and come back', () => {
     await runs(third, 'task 3');
 
     const victimClient = clients.get(oldest)!;
-    const status = await victimClient.waitFor((f) => f.type === 'status' && f.level === 'error', { what: 'the error status frame' });
+    const status = await victimClient.waitFor((f) => f.type === 'status' && f.level === 'error', {
+      what: 'the error status frame',
+    });
     expect(status).toMatchObject({ type: 'status', level: 'error', id: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS' });
     expect((status as { message: string }).message.length).toBeGreaterThan(0);
     await untilPassivated(server, oldest, 'the oldest running conversation to leave memory');
@@ -321,7 +385,10 @@ describe('passivation: sessions leave memory and come back', () => {
     expect(repliesTo(before, 'task 1')).toEqual([]);
 
     // The other two running ones finish their task in memory; the idle one is untouched.
-    for (const [id, content] of [[second, 'task 2'], [third, 'task 3']] as const) {
+    for (const [id, content] of [
+      [second, 'task 2'],
+      [third, 'task 3'],
+    ] as const) {
       const events = await eventsWhen(server, id, `the answer to "${content}"`, answered(content));
       expect(passivations(events)).toEqual([]);
       expect(repliesTo(events, content)).toHaveLength(1);
@@ -332,18 +399,27 @@ describe('passivation: sessions leave memory and come back', () => {
     for (const id of [second, third, bystander]) {
       const client = clients.get(id)!;
       await client.roundTrip();
-      expect(client.frames.filter((f) => f.type === 'status' && f.id === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS'), id).toEqual([]);
+      expect(
+        client.frames.filter((f) => f.type === 'status' && f.id === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS'),
+        id,
+      ).toEqual([]);
     }
-    expect(victimClient.frames.filter((f) => f.type === 'status' && f.id === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS')).toHaveLength(1);
+    expect(
+      victimClient.frames.filter((f) => f.type === 'status' && f.id === 'AGENT_ERROR$TOO_MANY_CONVERSATIONS'),
+    ).toHaveLength(1);
 
     // Back in memory it is running again and finishes the task it was sent away from, then chats on.
     const after = await expectComesBackIntact(server, oldest, before, 'running');
     const taskAnswer = repliesTo(after, 'task 1');
     expect(taskAnswer).toHaveLength(1);
-    expect.soft(taskAnswer[0]!.event.cause, `cause of the answer to "task 1" in\n${describeLog(after)}`).toBe(userMessage(after, 'task 1')!.event.id);
+    expect
+      .soft(taskAnswer[0]!.event.cause, `cause of the answer to "task 1" in\n${describeLog(after)}`)
+      .toBe(userMessage(after, 'task 1')!.event.id);
     expect(userMessage(after, 'task 1')!.event.id).toBeLessThan(passivations(after)[0]!.event.id);
     // Its client, connected all along, saw it come back and got the answers.
-    await victimClient.waitUntil(() => victimClient.lastSeq() >= after.at(-1)!.seq, { what: 'the answers on the victim socket' });
+    await victimClient.waitUntil(() => victimClient.lastSeq() >= after.at(-1)!.seq, {
+      what: 'the answers on the victim socket',
+    });
     expect(victimClient.seqs()).toEqual(after.map((e) => e.seq));
   }, 40_000);
 });

@@ -105,7 +105,9 @@ describe('reconnecting with a cursor', () => {
       }
       const last = bConnections.at(-1)!.client;
       const through = await last.waitFor((f) => f.type === 'sync').then((f) => (f as SyncFrame).through_seq);
-      await last.waitUntil(() => last.seqs().filter((s) => s > through).length >= 3, { what: 'live events on the last B' });
+      await last.waitUntil(() => last.seqs().filter((s) => s > through).length >= 3, {
+        what: 'live events on the last B',
+      });
     } finally {
       clearInterval(producer);
     }
@@ -121,14 +123,19 @@ describe('reconnecting with a cursor', () => {
     // Nothing more happens once the agent is idle.
     expect(await allEvents(server.baseUrl, id)).toEqual(rest);
     const info = await http<{ state: string; last_seq: number }>(server.baseUrl, 'GET', `/api/conversations/${id}`);
-    expect(info.body).toMatchObject({ state: (rest.at(-1)!.event.data as { state: string }).state, last_seq: finalSeq });
+    expect(info.body).toMatchObject({
+      state: (rest.at(-1)!.event.data as { state: string }).state,
+      last_seq: finalSeq,
+    });
 
     const restSeqs = rest.map((e) => e.seq);
     // The log: dense ids from 0, strictly increasing seqs, every message stored once and in the order sent.
     expect(rest.map((e) => e.event.id)).toEqual(rest.map((_, i) => i));
     expect(restSeqs.every((s, i) => i === 0 || s > restSeqs[i - 1]!)).toBe(true);
     expect(rest.every((e) => e.event.conversation_id === id)).toBe(true);
-    const storedMessages = rest.flatMap((e) => (e.event.source === 'user' && e.event.type === 'message' ? [e.event.data.content] : []));
+    const storedMessages = rest.flatMap((e) =>
+      e.event.source === 'user' && e.event.type === 'message' ? [e.event.data.content] : [],
+    );
     expect(storedMessages).toEqual(sent);
     expect(rest.some((e) => e.event.type === 'command_output')).toBe(true);
     // Paging through REST in small pages gives the same list.
@@ -149,13 +156,24 @@ describe('reconnecting with a cursor', () => {
     for (const [index, { client, cursor }] of bConnections.entries()) {
       const sync = syncOf(client);
       expect(sync.conversation_id).toBe(id);
-      expect(client.frames.slice(1).some((f) => f.type === 'sync'), `a second sync on B#${index}`).toBe(false);
+      expect(
+        client.frames.slice(1).some((f) => f.type === 'sync'),
+        `a second sync on B#${index}`,
+      ).toBe(false);
       if (cursor !== undefined) {
         expect(sync.through_seq).toBeGreaterThanOrEqual(cursor);
-        expect(client.seqs()[0], `B#${index}'s first seq after cursor ${cursor}`).toBe(restSeqs[restSeqs.indexOf(cursor) + 1]);
+        expect(client.seqs()[0], `B#${index}'s first seq after cursor ${cursor}`).toBe(
+          restSeqs[restSeqs.indexOf(cursor) + 1],
+        );
         // Both paths were taken on this connection: history up to the sync, live after it.
-        expect(client.seqs().some((s) => s <= sync.through_seq), `history on B#${index}`).toBe(true);
-        expect(client.seqs().some((s) => s > sync.through_seq), `live events on B#${index}`).toBe(true);
+        expect(
+          client.seqs().some((s) => s <= sync.through_seq),
+          `history on B#${index}`,
+        ).toBe(true);
+        expect(
+          client.seqs().some((s) => s > sync.through_seq),
+          `live events on B#${index}`,
+        ).toBe(true);
       }
       bSeqs.push(...client.seqs());
     }
@@ -178,9 +196,12 @@ describe('reconnecting with a cursor', () => {
     await client.opened;
     client.send({ type: 'ping' });
     client.sendMessage('sent at once');
-    await client.waitFor((f) => f.type === 'event' && f.event.type === 'message' && f.event.data.content === 'sent at once', {
-      what: 'the message sent at once',
-    });
+    await client.waitFor(
+      (f) => f.type === 'event' && f.event.type === 'message' && f.event.data.content === 'sent at once',
+      {
+        what: 'the message sent at once',
+      },
+    );
     expect(client.frames[0]?.type).toBe('sync');
     expect(client.frames.filter((f) => f.type === 'pong')).toHaveLength(1);
     expect(client.frames.filter((f) => f.type === 'error')).toEqual([]);
@@ -193,7 +214,9 @@ describe('reconnecting with a cursor', () => {
 
     const client = await connect(id, middle);
     const expectedHistory = first.filter((e) => e.seq > middle);
-    await client.waitUntil(() => client.events().length >= expectedHistory.length, { what: 'the history after the cursor' });
+    await client.waitUntil(() => client.events().length >= expectedHistory.length, {
+      what: 'the history after the cursor',
+    });
     const sync = syncOf(client);
     expect(sync).toMatchObject({ conversation_id: id, through_seq: first.at(-1)!.seq, state: 'awaiting_user_input' });
     expect(client.events().map((f) => ({ seq: f.seq, event: f.event }))).toEqual(expectedHistory);

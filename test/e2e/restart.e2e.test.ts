@@ -39,18 +39,25 @@ async function connect(server: ServerProcess, id: string, afterSeq?: number): Pr
 
 /** The stored events once `test` holds for them. */
 function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean) {
-  return eventually(async () => {
-    const events = await allEvents(server.baseUrl, id);
-    return test(events) ? events : undefined;
-  }, what, 60_000);
+  return eventually(
+    async () => {
+      const events = await allEvents(server.baseUrl, id);
+      return test(events) ? events : undefined;
+    },
+    what,
+    60_000,
+  );
 }
-
 
 /** The agent's message that answers the user message with this content (its cause is that message's id). */
 function replyTo(events: LoggedEvent[], content: string): LoggedEvent | undefined {
-  const asked = events.find((e) => e.event.source === 'user' && e.event.type === 'message' && e.event.data.content === content);
+  const asked = events.find(
+    (e) => e.event.source === 'user' && e.event.type === 'message' && e.event.data.content === content,
+  );
   if (!asked) return undefined;
-  return events.find((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === asked.event.id);
+  return events.find(
+    (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === asked.event.id,
+  );
 }
 
 function expectDenseIds(events: LoggedEvent[]): void {
@@ -66,7 +73,12 @@ describe('restarting the server on the same data directory', () => {
     const id = await createConversation(first.baseUrl);
     const client = await connect(first, id);
     client.sendMessage('before the restart');
-    const before = await eventsWhen(first, id, 'the reply before the restart', (e) => endsAwaiting(e) && replyTo(e, 'before the restart') !== undefined);
+    const before = await eventsWhen(
+      first,
+      id,
+      'the reply before the restart',
+      (e) => endsAwaiting(e) && replyTo(e, 'before the restart') !== undefined,
+    );
     expectDenseIds(before);
 
     // A stopping server tells its clients it is going away.
@@ -97,7 +109,10 @@ describe('restarting the server on the same data directory', () => {
       second,
       id,
       'the replies after the restart',
-      (e) => endsAwaiting(e) && replyTo(e, 'after the restart') !== undefined && e.some((x) => x.event.type === 'command_output'),
+      (e) =>
+        endsAwaiting(e) &&
+        replyTo(e, 'after the restart') !== undefined &&
+        e.some((x) => x.event.type === 'command_output'),
     );
     expectDenseIds(after);
     expect(after.slice(0, before.length)).toEqual(before);
@@ -137,9 +152,13 @@ describe('restarting the server on the same data directory', () => {
     const second = await start(dataDir);
     // Opening the conversation brings it back; it then finishes by itself.
     await connect(second, id);
-    const after = await eventsWhen(second, id, 'the interrupted command to be reported', (e) =>
-      e.some((x) => x.event.type === 'command_output' && x.event.cause === command!.event.id) &&
-      ['awaiting_user_input', 'finished'].includes(stateOf(e)),
+    const after = await eventsWhen(
+      second,
+      id,
+      'the interrupted command to be reported',
+      (e) =>
+        e.some((x) => x.event.type === 'command_output' && x.event.cause === command!.event.id) &&
+        ['awaiting_user_input', 'finished'].includes(stateOf(e)),
     );
     expectDenseIds(after);
     expect(after.slice(0, beforeKill.length)).toEqual(beforeKill);
@@ -149,4 +168,3 @@ describe('restarting the server on the same data directory', () => {
     expect(await readFile(marks, 'utf8')).toBe('ran\n');
   }, 120_000);
 });
-

@@ -22,7 +22,8 @@ function runtimePid(serverPid: number, workspace: string): number | undefined {
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      if (comm === 'bash' && Number(fields[1]) === serverPid && readlinkSync(`/proc/${entry}/cwd`) === workspace) return Number(entry);
+      if (comm === 'bash' && Number(fields[1]) === serverPid && readlinkSync(`/proc/${entry}/cwd`) === workspace)
+        return Number(entry);
     } catch {
       // The process went away while we looked.
     }
@@ -41,24 +42,37 @@ describe('a runtime killed in the middle of a command', () => {
     // Like a real client, each connection resumes from the cursor of the one before.
     let cursor = 0;
     const first = await WsClient.connect(wsUrlFor(server.wsUrl, id));
-    await first.waitFor((f) => (f.type === 'sync' && f.state === 'awaiting_user_input') || stateIs('awaiting_user_input')(f), { what: 'the start' });
+    await first.waitFor(
+      (f) => (f.type === 'sync' && f.state === 'awaiting_user_input') || stateIs('awaiting_user_input')(f),
+      { what: 'the start' },
+    );
     await first.roundTrip();
     cursor = first.lastSeq();
     await first.close();
     for (let round = 0; round < 20; round++) {
       const client = await WsClient.connect(wsUrlFor(server.wsUrl, id, cursor));
-      await client.waitFor((f) => f.type === 'sync' && f.state === 'awaiting_user_input', { what: `round ${round}: awaiting the user` });
+      await client.waitFor((f) => f.type === 'sync' && f.state === 'awaiting_user_input', {
+        what: `round ${round}: awaiting the user`,
+      });
       const from = client.frames.length;
       client.send({ type: 'user_action', action: { type: 'run', command: `echo round-${round}; sleep 30` } });
       await client.waitFor((f) => f.type === 'event' && f.event.type === 'command', { from, what: 'the command' });
       let pid: number | undefined;
-      await client.waitUntil(() => (pid = runtimePid(server.pid, workspace)) !== undefined, { what: 'the runtime process' });
+      await client.waitUntil(() => (pid = runtimePid(server.pid, workspace)) !== undefined, {
+        what: 'the runtime process',
+      });
       const killedAt = Date.now();
       process.kill(pid!, 'SIGKILL');
-      await client.waitFor((f) => f.type === 'status' && f.id === 'STATUS$ERROR_RUNTIME_DISCONNECTED', { from, what: 'the status frame' });
+      await client.waitFor((f) => f.type === 'status' && f.id === 'STATUS$ERROR_RUNTIME_DISCONNECTED', {
+        from,
+        what: 'the status frame',
+      });
       await client.waitFor(stateIs('error'), { from, what: 'the error state' });
       detection.push(Date.now() - killedAt);
-      const output = await client.waitFor((f) => f.type === 'event' && f.event.type === 'command_output', { from, what: 'the observation' });
+      const output = await client.waitFor((f) => f.type === 'event' && f.event.type === 'command_output', {
+        from,
+        what: 'the observation',
+      });
       expect(output.type === 'event' && output.event.data).toMatchObject({ exit_code: null });
       await client.roundTrip();
       cursor = client.lastSeq();
@@ -74,7 +88,10 @@ describe('a runtime killed in the middle of a command', () => {
         { from: start, what: 'a command in the new runtime' },
       );
       expect(back.type === 'event' && back.event.data).toMatchObject({ exit_code: 0 });
-      await again.waitFor(stateIs('awaiting_user_input'), { from: again.frames.indexOf(back), what: 'the command to settle' });
+      await again.waitFor(stateIs('awaiting_user_input'), {
+        from: again.frames.indexOf(back),
+        what: 'the command to settle',
+      });
       await again.roundTrip();
       cursor = again.lastSeq();
       await again.close();

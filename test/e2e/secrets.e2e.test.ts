@@ -37,13 +37,25 @@ describe('secrets', () => {
     const id = created.body.conversation_id;
     const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
     client.sendMessage('!echo "token=$MY_TOKEN"');
-    const output = await client.waitFor((f) => f.type === 'event' && f.event.type === 'command_output', { what: 'the output' });
-    // The command saw the value: the output was masked, not empty.
-    expect(output.type === 'event' && output.event.data).toMatchObject({ exit_code: 0, output: 'token=<secret_hidden>\n' });
-    client.sendMessage(`please remember ${SECRET}`);
-    await client.waitFor((f) => f.type === 'event' && f.event.type === 'message' && f.event.source === 'agent' && f.event.data.content.includes('remember'), {
-      what: 'the answer that echoes the message',
+    const output = await client.waitFor((f) => f.type === 'event' && f.event.type === 'command_output', {
+      what: 'the output',
     });
+    // The command saw the value: the output was masked, not empty.
+    expect(output.type === 'event' && output.event.data).toMatchObject({
+      exit_code: 0,
+      output: 'token=<secret_hidden>\n',
+    });
+    client.sendMessage(`please remember ${SECRET}`);
+    await client.waitFor(
+      (f) =>
+        f.type === 'event' &&
+        f.event.type === 'message' &&
+        f.event.source === 'agent' &&
+        f.event.data.content.includes('remember'),
+      {
+        what: 'the answer that echoes the message',
+      },
+    );
     await client.roundTrip();
 
     const rest = JSON.stringify(await allEvents(server.baseUrl, id));

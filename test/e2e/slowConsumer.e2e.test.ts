@@ -29,7 +29,9 @@ const sockets: WsClient[] = [];
 
 beforeAll(async () => {
   // A paused client cannot answer pings: no heartbeat drop during the test, only the 1013.
-  server = await startServer({ env: { TETHER_OUTPUT_CAP_BYTES: String(OUTPUT_BYTES + 10_000), TETHER_WS_PING_MS: '600000' } });
+  server = await startServer({
+    env: { TETHER_OUTPUT_CAP_BYTES: String(OUTPUT_BYTES + 10_000), TETHER_WS_PING_MS: '600000' },
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -97,14 +99,16 @@ async function runBigCommands(producer: WsClient, count: number): Promise<void> 
     const from = producer.frames.length;
     producer.send({ type: 'user_action', action: { type: 'run', command: BIG_COMMAND } });
     await producer.waitFor(
-      (f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'awaiting_user_input',
+      (f) =>
+        f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'awaiting_user_input',
       { from, what: `command ${i} to finish`, timeoutMs: 30_000 },
     );
   }
 }
 
 const mib = (bytes: number) => `${(bytes / MIB).toFixed(1)} MiB`;
-const describeProcesses = (list: Array<{ pid: number; name: string; rss: number }>) => list.map((p) => `${p.name} ${mib(p.rss)}`).join(', ');
+const describeProcesses = (list: Array<{ pid: number; name: string; rss: number }>) =>
+  list.map((p) => `${p.name} ${mib(p.rss)}`).join(', ');
 const asLogged = (f: EventFrame) => ({ seq: f.seq, event: f.event });
 
 describe('a client that stops reading while 50 MB of events flow to it', () => {
@@ -122,7 +126,10 @@ describe('a client that stops reading while 50 MB of events flow to it', () => {
     } finally {
       cold = await warmUp.stop();
     }
-    await slow.waitUntil(() => slow.lastSeq() >= producer.lastSeq(), { what: 'the warm-up on the slow client too', timeoutMs: 30_000 });
+    await slow.waitUntil(() => slow.lastSeq() >= producer.lastSeq(), {
+      what: 'the warm-up on the slow client too',
+      timeoutMs: 30_000,
+    });
     const seenBeforePause = slow.events().length;
     expect(seenBeforePause).toBeGreaterThan(WARM_UP_COMMANDS);
     // Stop reading: the kernel buffers fill, then whatever the server queues for this client.
@@ -165,11 +172,18 @@ describe('a client that stops reading while 50 MB of events flow to it', () => {
       `${WARM_UP_COMMANDS + COMMANDS} command outputs stored`,
       60_000,
     );
-    const outputs = rest.filter((e): e is LoggedEvent & { event: { type: 'command_output' } } => e.event.type === 'command_output');
-    expect(outputs.map((e) => e.event.data.output.length)).toEqual(Array.from({ length: WARM_UP_COMMANDS + COMMANDS }, () => OUTPUT_BYTES));
+    const outputs = rest.filter(
+      (e): e is LoggedEvent & { event: { type: 'command_output' } } => e.event.type === 'command_output',
+    );
+    expect(outputs.map((e) => e.event.data.output.length)).toEqual(
+      Array.from({ length: WARM_UP_COMMANDS + COMMANDS }, () => OUTPUT_BYTES),
+    );
 
     // The reading client got everything, so the flood really reached the server's sockets.
-    await producer.waitUntil(() => producer.lastSeq() >= rest.at(-1)!.seq, { what: 'every event on the reading client', timeoutMs: 60_000 });
+    await producer.waitUntil(() => producer.lastSeq() >= rest.at(-1)!.seq, {
+      what: 'every event on the reading client',
+      timeoutMs: 60_000,
+    });
     expect(producer.events().map(asLogged)).toEqual(rest);
 
     // The slow one reads again: at the end of what was queued for it is a 1013 close, not a live connection.
@@ -183,14 +197,19 @@ describe('a client that stops reading while 50 MB of events flow to it', () => {
 
     // It received a gap-free prefix, cut well before the end of the flood.
     const seen = slow.events().map(asLogged);
-    console.log(`slow client: ${seen.length} of ${rest.length} events before the 1013 close (last seq ${slow.lastSeq()})`);
+    console.log(
+      `slow client: ${seen.length} of ${rest.length} events before the 1013 close (last seq ${slow.lastSeq()})`,
+    );
     expect(seen).toEqual(rest.slice(0, seen.length));
     expect(seen.length).toBeGreaterThanOrEqual(seenBeforePause);
     expect(seen.length).toBeLessThan(rest.length);
 
     // Reconnecting with its cursor gives the rest: each once, in order, the same events as over REST.
     const again = await connect(id, slow.lastSeq());
-    await again.waitUntil(() => again.lastSeq() >= rest.at(-1)!.seq, { what: 'the rest of the events', timeoutMs: 60_000 });
+    await again.waitUntil(() => again.lastSeq() >= rest.at(-1)!.seq, {
+      what: 'the rest of the events',
+      timeoutMs: 60_000,
+    });
     await again.roundTrip();
     expect(again.events().map(asLogged)).toEqual(rest.slice(seen.length));
     expect([...seen, ...again.events().map(asLogged)]).toEqual(rest);
@@ -198,6 +217,8 @@ describe('a client that stops reading while 50 MB of events flow to it', () => {
     expect([producer.invalid, slow.invalid, again.invalid]).toEqual([[], [], []]);
 
     // Checked last so that the delivery guarantees above are checked whatever the memory figure.
-    expect(peak - baseline, `server RSS growth (baseline ${mib(baseline)}, peak ${mib(peak)})`).toBeLessThan(MAX_RSS_GROWTH_BYTES);
+    expect(peak - baseline, `server RSS growth (baseline ${mib(baseline)}, peak ${mib(peak)})`).toBeLessThan(
+      MAX_RSS_GROWTH_BYTES,
+    );
   }, 150_000);
 });

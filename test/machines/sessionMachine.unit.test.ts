@@ -2,7 +2,15 @@ import { describe, expect, it } from 'vitest';
 import { initialTransition, transition } from 'xstate';
 import { agentStateOf, sessionMachine, type SessionEvent, type SessionSnapshot } from '../../machines/index.ts';
 
-const input = { conversationId: 'c1', user: 'u', maxIterations: 3, maxBudget: null, maxRateLimitRetries: 2, confirmationMode: false, startDeadline: null };
+const input = {
+  conversationId: 'c1',
+  user: 'u',
+  maxIterations: 3,
+  maxBudget: null,
+  maxRateLimitRetries: 2,
+  confirmationMode: false,
+  startDeadline: null,
+};
 
 function actionTypes(actions: Array<{ type: string }>): string[] {
   return actions.map((a) => a.type).filter((t) => !t.startsWith('xstate.'));
@@ -51,7 +59,12 @@ describe('session machine as pure functions', () => {
 
   it('takes another step when the agent says it goes on, caused by that message, within the iteration limit', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }]);
-    const [again, actions] = transition(sessionMachine, running, { type: 'agent.message', eventId: 3, cause: 2, goesOn: true });
+    const [again, actions] = transition(sessionMachine, running, {
+      type: 'agent.message',
+      eventId: 3,
+      cause: 2,
+      goesOn: true,
+    });
     expect(agentStateOf(again)).toBe('running');
     expect(actionTypes(actions)).toContain('askAgent');
     expect(again.context.stepCause).toBe(3);
@@ -115,12 +128,18 @@ describe('session machine as pure functions', () => {
     let snapshot = run([connected, { type: 'user.message', eventId: 2 }]);
     let id = 3;
     for (let i = 0; i < 2; i++) {
-      snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }], snapshot);
+      snapshot = run(
+        [{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }],
+        snapshot,
+      );
       snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
       id += 2;
     }
     expect(snapshot.context.iterations).toBe(3);
-    snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }], snapshot);
+    snapshot = run(
+      [{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }],
+      snapshot,
+    );
     snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
     expect(agentStateOf(snapshot)).toBe('error');
     expect(snapshot.context.error).toMatch(/limit of 3 iterations/);
@@ -163,7 +182,13 @@ describe('session machine: the rest of the lifecycle', () => {
 
   it('reports error with a reason when the start deadline passes, and not before', () => {
     const [start] = initialTransition(sessionMachine, { ...input, startDeadline: 1000 });
-    const early = { type: 'deadline.passed', eventId: 1, name: 'start', at: 999, reason: 'did not start in time' } as const;
+    const early = {
+      type: 'deadline.passed',
+      eventId: 1,
+      name: 'start',
+      at: 999,
+      reason: 'did not start in time',
+    } as const;
     expect(start.can(early)).toBe(false);
     const late = run([{ ...early, at: 1000 }], start);
     expect(agentStateOf(late)).toBe('error');
@@ -174,7 +199,11 @@ describe('session machine: the rest of the lifecycle', () => {
     const paused = run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], thinking());
     expect(agentStateOf(paused)).toBe('paused');
     expect(paused.can({ type: 'agent.message', eventId: 4, cause: 2 })).toBe(false);
-    const [resumed, actions] = transition(sessionMachine, paused, { type: 'user.change_state', eventId: 4, state: 'running' });
+    const [resumed, actions] = transition(sessionMachine, paused, {
+      type: 'user.change_state',
+      eventId: 4,
+      state: 'running',
+    });
     expect(agentStateOf(resumed)).toBe('running');
     expect(actionTypes(actions)).toContain('askAgent');
     expect(resumed.context.stepCause).toBe(4);
@@ -185,16 +214,31 @@ describe('session machine: the rest of the lifecycle', () => {
     snapshot = run([{ type: 'user.change_state', eventId: 4, state: 'paused' }], snapshot);
     snapshot = run([{ type: 'command.finished', eventId: 5, cause: 3 }], snapshot);
     expect(snapshot.context.pendingCommand).toBeNull();
-    const [resumed, actions] = transition(sessionMachine, snapshot, { type: 'user.change_state', eventId: 6, state: 'running' });
+    const [resumed, actions] = transition(sessionMachine, snapshot, {
+      type: 'user.change_state',
+      eventId: 6,
+      state: 'running',
+    });
     expect(resumed.value).toEqual({ active: { running: 'thinking' } });
     expect(actionTypes(actions)).not.toContain('runCommand');
   });
 
   it('asks for confirmation of a risky command in confirmation mode and runs it only when confirmed', () => {
     const [start] = initialTransition(sessionMachine, { ...input, confirmationMode: true });
-    const asked = run([connected, { type: 'user.message', eventId: 2 }, { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true }], start);
+    const asked = run(
+      [
+        connected,
+        { type: 'user.message', eventId: 2 },
+        { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true },
+      ],
+      start,
+    );
     expect(agentStateOf(asked)).toBe('awaiting_user_confirmation');
-    const [confirmed, actions] = transition(sessionMachine, asked, { type: 'user.change_state', eventId: 4, state: 'user_confirmed' });
+    const [confirmed, actions] = transition(sessionMachine, asked, {
+      type: 'user.change_state',
+      eventId: 4,
+      state: 'user_confirmed',
+    });
     expect(actionTypes(actions)).toContain('runCommand');
     expect(agentStateOf(confirmed)).toBe('running');
     const rejected = run([{ type: 'user.change_state', eventId: 4, state: 'user_rejected' }], asked);
@@ -203,15 +247,27 @@ describe('session machine: the rest of the lifecycle', () => {
   });
 
   it('runs a risky command at once when confirmation mode is off', () => {
-    const snapshot = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true }], thinking());
+    const snapshot = run(
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true }],
+      thinking(),
+    );
     expect(snapshot.value).toEqual({ active: { running: 'executing' } });
   });
 
   it('waits while rate limited and tries the step again when the retry deadline passes', () => {
-    const limited = run([{ type: 'agent.rate_limited', eventId: 3, cause: 2, reason: 'slow down', retryAt: 5000 }], thinking());
+    const limited = run(
+      [{ type: 'agent.rate_limited', eventId: 3, cause: 2, reason: 'slow down', retryAt: 5000 }],
+      thinking(),
+    );
     expect(agentStateOf(limited)).toBe('rate_limited');
     expect(limited.context.deadline).toEqual({ name: 'retry', at: 5000 });
-    const [retried, actions] = transition(sessionMachine, limited, { type: 'deadline.passed', eventId: 4, name: 'retry', at: 5001, reason: 'retry' });
+    const [retried, actions] = transition(sessionMachine, limited, {
+      type: 'deadline.passed',
+      eventId: 4,
+      name: 'retry',
+      at: 5001,
+      reason: 'retry',
+    });
     expect(agentStateOf(retried)).toBe('running');
     expect(actionTypes(actions)).toContain('askAgent');
     expect(retried.context.deadline).toBeNull();
@@ -219,9 +275,12 @@ describe('session machine: the rest of the lifecycle', () => {
 
   it('leaves memory in any agent state but with a command out, and comes back in the same state', () => {
     for (const state of ['stopped', 'finished', 'error'] as const) {
-      const base = state === 'stopped' ? run([{ type: 'user.change_state', eventId: 3, state: 'stopped' }], thinking())
-        : state === 'finished' ? run([{ type: 'agent.finish', eventId: 3, cause: 2 }], thinking())
-        : run([{ type: 'agent.failed', eventId: 3, cause: 2, reason: 'boom' }], thinking());
+      const base =
+        state === 'stopped'
+          ? run([{ type: 'user.change_state', eventId: 3, state: 'stopped' }], thinking())
+          : state === 'finished'
+            ? run([{ type: 'agent.finish', eventId: 3, cause: 2 }], thinking())
+            : run([{ type: 'agent.failed', eventId: 3, cause: 2, reason: 'boom' }], thinking());
       const away = run([{ type: 'session.passivate', eventId: 4, reason: 'idle' }], base);
       expect(away.value).toBe('passivated');
       expect(agentStateOf(away)).toBe(state);
@@ -256,10 +315,22 @@ describe('session machine: limits', () => {
   it('stops in error when the budget is spent, and a user message gives it the same allowance again', () => {
     const [start] = initialTransition(sessionMachine, { ...input, maxIterations: 100, maxBudget: 1 });
     let snapshot = run([connected, { type: 'user.message', eventId: 2 }], start);
-    snapshot = run([{ type: 'agent.usage', eventId: 3, cost: 0.6 }, { type: 'agent.run', eventId: 4, cause: 2, command: 'ls', risky: false }], snapshot);
+    snapshot = run(
+      [
+        { type: 'agent.usage', eventId: 3, cost: 0.6 },
+        { type: 'agent.run', eventId: 4, cause: 2, command: 'ls', risky: false },
+      ],
+      snapshot,
+    );
     snapshot = run([{ type: 'command.finished', eventId: 5, cause: 4 }], snapshot);
     expect(agentStateOf(snapshot)).toBe('running');
-    snapshot = run([{ type: 'agent.usage', eventId: 6, cost: 0.6 }, { type: 'agent.run', eventId: 7, cause: 5, command: 'ls', risky: false }], snapshot);
+    snapshot = run(
+      [
+        { type: 'agent.usage', eventId: 6, cost: 0.6 },
+        { type: 'agent.run', eventId: 7, cause: 5, command: 'ls', risky: false },
+      ],
+      snapshot,
+    );
     snapshot = run([{ type: 'command.finished', eventId: 8, cause: 7 }], snapshot);
     expect(agentStateOf(snapshot)).toBe('error');
     expect(snapshot.context.error).toMatch(/spent \$1\.2000, its budget is \$1\.0000/);
@@ -272,10 +343,16 @@ describe('session machine: limits', () => {
   it('lets a user message extend a reached iteration limit by the original allowance', () => {
     let snapshot = thinking();
     for (let id = 3; snapshot.context.iterations < 3; id += 2) {
-      snapshot = run([{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause!, command: 'true', risky: false }], snapshot);
+      snapshot = run(
+        [{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause!, command: 'true', risky: false }],
+        snapshot,
+      );
       snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
     }
-    snapshot = run([{ type: 'agent.run', eventId: 20, cause: snapshot.context.stepCause!, command: 'true', risky: false }], snapshot);
+    snapshot = run(
+      [{ type: 'agent.run', eventId: 20, cause: snapshot.context.stepCause!, command: 'true', risky: false }],
+      snapshot,
+    );
     snapshot = run([{ type: 'command.finished', eventId: 21, cause: 20 }], snapshot);
     expect(agentStateOf(snapshot)).toBe('error');
     const resumed = run([{ type: 'user.message', eventId: 22 }], snapshot);
@@ -288,11 +365,33 @@ describe('session machine: limits', () => {
     let snapshot = thinking();
     for (let attempt = 0; attempt < 2; attempt++) {
       const id = 10 + attempt * 2;
-      snapshot = run([{ type: 'agent.rate_limited', eventId: id, cause: snapshot.context.stepCause!, reason: 'slow down', retryAt: 0 }], snapshot);
+      snapshot = run(
+        [
+          {
+            type: 'agent.rate_limited',
+            eventId: id,
+            cause: snapshot.context.stepCause!,
+            reason: 'slow down',
+            retryAt: 0,
+          },
+        ],
+        snapshot,
+      );
       expect(agentStateOf(snapshot)).toBe('rate_limited');
       snapshot = run([{ type: 'deadline.passed', eventId: id + 1, name: 'retry', at: 1, reason: 'retry' }], snapshot);
     }
-    snapshot = run([{ type: 'agent.rate_limited', eventId: 20, cause: snapshot.context.stepCause!, reason: 'slow down', retryAt: 0 }], snapshot);
+    snapshot = run(
+      [
+        {
+          type: 'agent.rate_limited',
+          eventId: 20,
+          cause: snapshot.context.stepCause!,
+          reason: 'slow down',
+          retryAt: 0,
+        },
+      ],
+      snapshot,
+    );
     expect(agentStateOf(snapshot)).toBe('error');
     expect(snapshot.context.error).toMatch(/rate limited 3 times/);
   });

@@ -10,13 +10,21 @@ export const agentState = fc.constantFrom(...AgentState.options);
 
 /** Mostly the states a user may ask for, sometimes any. */
 const requestedState = fc.oneof(
-  { weight: 3, arbitrary: fc.constantFrom<AgentState>('running', 'paused', 'stopped', 'user_confirmed', 'user_rejected') },
+  {
+    weight: 3,
+    arbitrary: fc.constantFrom<AgentState>('running', 'paused', 'stopped', 'user_confirmed', 'user_rejected'),
+  },
   { weight: 1, arbitrary: agentState },
 );
 
 /** Every kind of user action; change_agent_state names any state, so most are illegal where they land. */
 export const userAction: fc.Arbitrary<UserAction> = fc.oneof(
-  { weight: 4, arbitrary: fc.constantFrom('hello', 'help', '!echo one', '!echo two', '!', 'and then?').map((content) => ({ type: 'message' as const, content })) },
+  {
+    weight: 4,
+    arbitrary: fc
+      .constantFrom('hello', 'help', '!echo one', '!echo two', '!', 'and then?')
+      .map((content) => ({ type: 'message' as const, content })),
+  },
   { weight: 2, arbitrary: fc.constantFrom('echo run', 'true').map((command) => ({ type: 'run' as const, command })) },
   { weight: 3, arbitrary: requestedState.map((state) => ({ type: 'change_agent_state' as const, state })) },
   { weight: 1, arbitrary: fc.constant({ type: 'reconnect_runtime' as const }) },
@@ -43,7 +51,11 @@ const hostOps = {
   settle: fc.constant<HostOp>({ kind: 'settle' }),
   kill: fc.constant<HostOp>({ kind: 'kill_runtime' }),
   passivate: fc
-    .record({ how: fc.constantFrom('idle' as const, 'restart' as const, 'crash' as const), dropSnapshot: fc.boolean(), eager: fc.boolean() })
+    .record({
+      how: fc.constantFrom('idle' as const, 'restart' as const, 'crash' as const),
+      dropSnapshot: fc.boolean(),
+      eager: fc.boolean(),
+    })
     .map((plan): HostOp => ({ kind: 'passivate', ...plan })),
 };
 
@@ -118,7 +130,15 @@ const weighted = <T>(...choices: Array<[number, T]>): fc.Arbitrary<T> =>
   fc.oneof(...choices.map(([weight, value]) => ({ weight, arbitrary: fc.constant(value) })));
 
 export const machineStep: fc.Arbitrary<MachineStep> = fc.record({
-  prefer: weighted<EventKind>([2, 'runtime'], [1, 'runtime_lost'], [4, 'user'], [6, 'agent'], [2, 'command'], [1, 'deadline'], [2, 'lifecycle']),
+  prefer: weighted<EventKind>(
+    [2, 'runtime'],
+    [1, 'runtime_lost'],
+    [4, 'user'],
+    [6, 'agent'],
+    [2, 'command'],
+    [1, 'deadline'],
+    [2, 'lifecycle'],
+  ),
   pick: fc.nat(),
   state: requestedState,
   cause: weighted([8, 'step' as const], [3, 'command' as const], [1, 'stale' as const], [1, 'none' as const]),
@@ -145,7 +165,11 @@ export const machineInput: fc.Arbitrary<SessionInput> = fc.record({
 export const machineRun = fc.tuple(machineInput, fc.array(machineStep, { maxLength: 80, size: 'max' }));
 
 /** One candidate of every machine event type, with parameters from the step and the snapshot's context. */
-export function machineEventCandidates(snapshot: SessionSnapshot, eventId: number, step: MachineStep): Array<{ kind: EventKind; event: SessionEvent }> {
+export function machineEventCandidates(
+  snapshot: SessionSnapshot,
+  eventId: number,
+  step: MachineStep,
+): Array<{ kind: EventKind; event: SessionEvent }> {
   const { context } = snapshot;
   const cause = {
     step: context.stepCause ?? undefined,
@@ -192,7 +216,11 @@ export function machineEventCandidates(snapshot: SessionSnapshot, eventId: numbe
 }
 
 /** The step's event among those the snapshot accepts: of the preferred kind when there is one. */
-export function chooseAccepted(snapshot: SessionSnapshot, eventId: number, step: MachineStep): { accepted: SessionEvent | undefined; refused: SessionEvent[] } {
+export function chooseAccepted(
+  snapshot: SessionSnapshot,
+  eventId: number,
+  step: MachineStep,
+): { accepted: SessionEvent | undefined; refused: SessionEvent[] } {
   const candidates = machineEventCandidates(snapshot, eventId, step).map((c) => ({ ...c, ok: snapshot.can(c.event) }));
   const accepted = candidates.filter((c) => c.ok);
   const preferred = accepted.filter((c) => c.kind === step.prefer);
@@ -209,9 +237,16 @@ export function chooseAccepted(snapshot: SessionSnapshot, eventId: number, step:
 export const raceScenario = fc.record({
   harness: harnessOptions,
   conversation: conversationOptions(fc.constant(10_000)),
-  ops: fc.array(fc.oneof({ weight: 3, arbitrary: hostOps.act }, { weight: 2, arbitrary: hostOps.release }, { weight: 1, arbitrary: hostOps.settle }), {
-    maxLength: 12,
-  }),
+  ops: fc.array(
+    fc.oneof(
+      { weight: 3, arbitrary: hostOps.act },
+      { weight: 2, arbitrary: hostOps.release },
+      { weight: 1, arbitrary: hostOps.settle },
+    ),
+    {
+      maxLength: 12,
+    },
+  ),
   action: userAction,
   /** Microtasks between the start of the passivation and the action: sweeps every stage of leaving. */
   ticks: fc.integer({ min: 0, max: 40 }),

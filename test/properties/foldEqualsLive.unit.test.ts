@@ -21,7 +21,11 @@ describe('the session machine as a live actor and as a fold', () => {
         const record = (name: string) => () => void requested.push(name);
         const live = createActor(
           sessionMachine.provide({
-            actions: { startRuntime: record('startRuntime'), askAgent: record('askAgent'), runCommand: record('runCommand') },
+            actions: {
+              startRuntime: record('startRuntime'),
+              askAgent: record('askAgent'),
+              runCommand: record('runCommand'),
+            },
           }),
           { input },
         ).start();

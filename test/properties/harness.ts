@@ -1,7 +1,13 @@
 import { setImmediate as nextMacrotask } from 'node:timers/promises';
 import { expect } from 'vitest';
 import { transition } from 'xstate';
-import { agentStateOf, foldEvents, sessionMachine, type SessionEvent, type SessionSnapshot } from '../../machines/index.ts';
+import {
+  agentStateOf,
+  foldEvents,
+  sessionMachine,
+  type SessionEvent,
+  type SessionSnapshot,
+} from '../../machines/index.ts';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { StoredEvent, UserAction } from '../../src/protocol/index.ts';
 import { echoHandler, memoryRuntimeProvider, type MemoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
@@ -183,8 +189,13 @@ export class Harness {
     await this.drain();
     const stored = (await this.events()).slice(before.length).filter((e) => e.source === 'user');
     const said = (ok: boolean) => (ok ? 'accepted' : 'refused');
-    expect(answers.map((a) => a.outcome), `the fold's answers to ${JSON.stringify(actions)}`).toEqual(expected.map(said));
-    const kept = actions.filter((action, i) => answers[i]!.outcome === 'accepted' && action.type !== 'reconnect_runtime');
+    expect(
+      answers.map((a) => a.outcome),
+      `the fold's answers to ${JSON.stringify(actions)}`,
+    ).toEqual(expected.map(said));
+    const kept = actions.filter(
+      (action, i) => answers[i]!.outcome === 'accepted' && action.type !== 'reconnect_runtime',
+    );
     expect(stored.map(userActionOf), 'the user events stored').toEqual(kept);
   }
 
@@ -197,15 +208,21 @@ export class Harness {
    */
   async actWhileLeaving(action: UserAction, ticks: number): Promise<void> {
     const before = await this.events();
-    const expected = action.type === 'reconnect_runtime' || inMemory(this.checker.feed(before), before.length).can(userEventOf(action, before.length));
+    const expected =
+      action.type === 'reconnect_runtime' ||
+      inMemory(this.checker.feed(before), before.length).can(userEventOf(action, before.length));
     const leaving = this.manager.passivate(this.id, 'idle');
     for (let i = 0; i < ticks; i++) await Promise.resolve();
     const { outcome, refusal } = await this.#send(action);
     await leaving;
     await this.drain();
     const stored = (await this.events()).slice(before.length).filter((e) => e.source === 'user');
-    expect(outcome, `the fold said ${expected ? 'accept' : 'refuse'} ${JSON.stringify(action)} ${refusal}`).toBe(expected ? 'accepted' : 'refused');
-    expect(stored.map(userActionOf)).toEqual(outcome === 'refused' || action.type === 'reconnect_runtime' ? [] : [action]);
+    expect(outcome, `the fold said ${expected ? 'accept' : 'refuse'} ${JSON.stringify(action)} ${refusal}`).toBe(
+      expected ? 'accepted' : 'refused',
+    );
+    expect(stored.map(userActionOf)).toEqual(
+      outcome === 'refused' || action.type === 'reconnect_runtime' ? [] : [action],
+    );
   }
 
   /** Simulates the runtime process dying by itself. */
@@ -258,7 +275,9 @@ export class Harness {
         type: 'session_passivated',
         data: { reason: plan.how === 'idle' ? 'idle' : 'shutdown', state },
       });
-      expect((await this.snapshots.get(this.id))?.seq, 'the passivation snapshot is the latest').toBe(await this.log.lastSeq(this.id));
+      expect((await this.snapshots.get(this.id))?.seq, 'the passivation snapshot is the latest').toBe(
+        await this.log.lastSeq(this.id),
+      );
     }
     await expectSnapshotLoadEqualsLogLoad(this);
     if (plan.dropSnapshot) await this.snapshots.delete(this.id);
@@ -311,7 +330,9 @@ function userActionOf(event: StoredEvent): UserAction | StoredEvent {
 
 /** The fold as a user action finds it: brought back into memory first when passivated. */
 function inMemory(fold: SessionSnapshot, nextId: number): SessionSnapshot {
-  return fold.matches('passivated') ? transition(sessionMachine, fold, { type: 'session.rehydrate', eventId: nextId })[0] : fold;
+  return fold.matches('passivated')
+    ? transition(sessionMachine, fold, { type: 'session.rehydrate', eventId: nextId })[0]
+    : fold;
 }
 
 /** The live actor, when in memory, equals the fold of the stored log; a passivated one is the fold's. */
@@ -332,7 +353,10 @@ export async function expectLiveEqualsFold(h: Harness, fold: SessionSnapshot): P
  * the whole log: the fold the caller already has of its `events` events, or
  * (without one) loading with no snapshot at all.
  */
-export async function expectSnapshotLoadEqualsLogLoad(h: Harness, known?: { fold: SessionSnapshot; events: number }): Promise<void> {
+export async function expectSnapshotLoadEqualsLogLoad(
+  h: Harness,
+  known?: { fold: SessionSnapshot; events: number },
+): Promise<void> {
   const fromSnapshot = await loadSessionState(h.log, h.snapshots, h.id);
   expect(fromSnapshot).toBeDefined();
   if (known) {
@@ -342,7 +366,11 @@ export async function expectSnapshotLoadEqualsLogLoad(h: Harness, known?: { fold
     return;
   }
   const fromLog = await loadSessionState(h.log, memorySnapshotStore(), h.id);
-  expectSame(persisted(fromSnapshot!.state.snapshot), persisted(fromLog!.state.snapshot), 'snapshot + tail vs whole-log fold');
+  expectSame(
+    persisted(fromSnapshot!.state.snapshot),
+    persisted(fromLog!.state.snapshot),
+    'snapshot + tail vs whole-log fold',
+  );
   expect(fromSnapshot!.state.lastSeq).toBe(fromLog!.state.lastSeq);
   expect(fromSnapshot!.state.nextEventId).toBe(fromLog!.state.nextEventId);
 }

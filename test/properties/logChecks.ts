@@ -1,5 +1,11 @@
 import { expect } from 'vitest';
-import { agentStateOf, foldEvents, sessionMachine, toSessionEvent, type SessionSnapshot } from '../../machines/index.ts';
+import {
+  agentStateOf,
+  foldEvents,
+  sessionMachine,
+  toSessionEvent,
+  type SessionSnapshot,
+} from '../../machines/index.ts';
 import type { AgentState, StoredEvent } from '../../src/protocol/index.ts';
 
 /** The persisted form of a snapshot: what a snapshot store keeps, and what two sessions must agree on. */
@@ -49,15 +55,23 @@ export class LogChecker {
       return;
     }
     if (event.type === 'agent_state_changed') {
-      const found = { state: event.data.state, ...(event.data.reason !== undefined && { reason: event.data.reason }), cause: event.cause };
-      if (!this.#due) this.problems.push(`event ${event.id}: agent_state_changed ${event.data.state} follows no state change`);
+      const found = {
+        state: event.data.state,
+        ...(event.data.reason !== undefined && { reason: event.data.reason }),
+        cause: event.cause,
+      };
+      if (!this.#due)
+        this.problems.push(`event ${event.id}: agent_state_changed ${event.data.state} follows no state change`);
       else if (JSON.stringify(found) !== JSON.stringify(this.#due)) {
-        this.problems.push(`event ${event.id}: fact ${JSON.stringify(found)}, the fold says ${JSON.stringify(this.#due)}`);
+        this.problems.push(
+          `event ${event.id}: fact ${JSON.stringify(found)}, the fold says ${JSON.stringify(this.#due)}`,
+        );
       }
       this.#due = null;
       return;
     }
-    if (this.#due) this.problems.push(`event ${event.id}: ${event.type} where agent_state_changed ${this.#due.state} was due`);
+    if (this.#due)
+      this.problems.push(`event ${event.id}: ${event.type} where agent_state_changed ${this.#due.state} was due`);
     this.#due = null;
     const machineEvent = toSessionEvent(event);
     if (!machineEvent) {
@@ -65,11 +79,13 @@ export class LogChecker {
       return;
     }
     const before = this.#fold;
-    if (!before.can(machineEvent)) this.problems.push(`event ${event.id}: ${machineEvent.type} is stored but the fold refuses it`);
+    if (!before.can(machineEvent))
+      this.problems.push(`event ${event.id}: ${machineEvent.type} is stored but the fold refuses it`);
     const after = foldEvents([event], { from: before }).snapshot;
     const state = agentStateOf(after);
     if (state !== agentStateOf(before)) {
-      const reason = (state === 'error' || state === 'rate_limited') && after.context.error ? after.context.error : undefined;
+      const reason =
+        (state === 'error' || state === 'rate_limited') && after.context.error ? after.context.error : undefined;
       this.#due = { state, ...(reason !== undefined && { reason }), cause: event.id };
     }
     this.#fold = after;
@@ -77,7 +93,9 @@ export class LogChecker {
 
   /** Problems, including a state fact still due at the end of the log (only meaningful at a quiet point). */
   report(): string[] {
-    return this.#due ? [...this.problems, `the log ends where agent_state_changed ${this.#due.state} was due`] : this.problems;
+    return this.#due
+      ? [...this.problems, `the log ends where agent_state_changed ${this.#due.state} was due`]
+      : this.problems;
   }
 }
 
@@ -93,27 +111,48 @@ export function logViolations(events: readonly StoredEvent[]): string[] {
  * fact naming another state, a state fact missing, a refused user action
  * stored, a gap in the ids. `at` chooses where. Used to show the checker bites.
  */
-export function corruptedCopies(events: readonly StoredEvent[], at: number): Array<{ how: string; log: StoredEvent[] }> {
+export function corruptedCopies(
+  events: readonly StoredEvent[],
+  at: number,
+): Array<{ how: string; log: StoredEvent[] }> {
   const renumber = (log: StoredEvent[]) => log.map((e, id) => ({ ...e, id }) as StoredEvent);
   const facts = events.flatMap((e, i) => (e.type === 'agent_state_changed' ? [i] : []));
   const copies: Array<{ how: string; log: StoredEvent[] }> = [];
   const fact = facts[at % Math.max(1, facts.length)];
   if (fact !== undefined) {
     const wrong = events.map((e, i) =>
-      i === fact && e.type === 'agent_state_changed' ? { ...e, data: { state: e.data.state === 'paused' ? 'stopped' : 'paused' } } : e,
+      i === fact && e.type === 'agent_state_changed'
+        ? { ...e, data: { state: e.data.state === 'paused' ? 'stopped' : 'paused' } }
+        : e,
     ) as StoredEvent[];
     copies.push({ how: 'a fact names another state', log: wrong });
     copies.push({ how: 'a fact is missing', log: renumber(events.filter((_, i) => i !== fact)) });
   }
   const where = 1 + (at % events.length);
-  const refused = { ...events[0]!, source: 'user', type: 'change_agent_state', data: { state: 'loading' } } as StoredEvent;
-  copies.push({ how: 'a refused action is stored', log: renumber([...events.slice(0, where), refused, ...events.slice(where)]) });
-  copies.push({ how: 'the ids have a gap', log: events.map((e, i) => (i >= where - 1 && i > 0 ? { ...e, id: e.id + 1 } : e)) });
+  const refused = {
+    ...events[0]!,
+    source: 'user',
+    type: 'change_agent_state',
+    data: { state: 'loading' },
+  } as StoredEvent;
+  copies.push({
+    how: 'a refused action is stored',
+    log: renumber([...events.slice(0, where), refused, ...events.slice(where)]),
+  });
+  copies.push({
+    how: 'the ids have a gap',
+    log: events.map((e, i) => (i >= where - 1 && i > 0 ? { ...e, id: e.id + 1 } : e)),
+  });
   return copies;
 }
 
 /** Lifecycle facts: they say how the session was hosted, not what was said or done in it. */
-const LIFECYCLE = new Set<StoredEvent['type']>(['runtime_status', 'session_passivated', 'session_rehydrated', 'agent_state_changed']);
+const LIFECYCLE = new Set<StoredEvent['type']>([
+  'runtime_status',
+  'session_passivated',
+  'session_rehydrated',
+  'agent_state_changed',
+]);
 
 /**
  * What a run must have in common with any other run of the same script,

@@ -16,7 +16,12 @@ interface RunResult {
  * are skipped: the uninterrupted run. Every quiet point of either run is
  * checked (live = fold, log invariants, snapshot load = log load).
  */
-async function run(harness: HarnessOptions, conversation: ConversationOptions, ops: readonly HostOp[], leave: boolean): Promise<RunResult> {
+async function run(
+  harness: HarnessOptions,
+  conversation: ConversationOptions,
+  ops: readonly HostOp[],
+  leave: boolean,
+): Promise<RunResult> {
   const h = new Harness(harness);
   const left: Record<string, number> = {};
   try {
@@ -85,7 +90,8 @@ describe('passivation and rehydration', () => {
     );
     // The script must reach every kind of exit at both kinds of point, or the property says little.
     for (const how of ['idle', 'restart', 'crash']) {
-      for (const where of ['idle', 'mid_step']) expect(left[`${how} ${where}`] ?? 0, `${how} ${where}`).toBeGreaterThan(3);
+      for (const where of ['idle', 'mid_step'])
+        expect(left[`${how} ${where}`] ?? 0, `${how} ${where}`).toBeGreaterThan(3);
     }
   });
 

@@ -179,7 +179,12 @@ describe('LocalRuntime', () => {
     const running = runtime.run('echo started; sleep 5', { signal: controller.signal });
     const queued = runtime.run('echo never', { signal: controller.signal });
     setTimeout(() => controller.abort(), 300);
-    await expect(running).resolves.toEqual({ exit_code: null, output: 'started\n', timed_out: false, truncated: false });
+    await expect(running).resolves.toEqual({
+      exit_code: null,
+      output: 'started\n',
+      timed_out: false,
+      truncated: false,
+    });
     await expect(queued).resolves.toEqual({ exit_code: null, output: '', timed_out: false, truncated: false });
     await expect(runtime.run('echo ok')).resolves.toMatchObject({ output: 'ok\n' });
   });

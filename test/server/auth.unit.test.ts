@@ -23,15 +23,26 @@ describe('authenticator', () => {
 
   it('takes the user from a valid HS256 JWT and refuses expired, unsigned, subject-less or foreign ones', async () => {
     const auth = authenticator({ jwtSecret: SECRET });
-    const good = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('carol').setExpirationTime('1h').sign(key);
+    const good = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('carol')
+      .setExpirationTime('1h')
+      .sign(key);
     expect(await auth(req(`Bearer ${good}`), url())).toBe('carol');
-    const expired = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('carol').setExpirationTime(Math.floor(Date.now() / 1000) - 60).sign(key);
+    const expired = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('carol')
+      .setExpirationTime(Math.floor(Date.now() / 1000) - 60)
+      .sign(key);
     expect(await auth(req(`Bearer ${expired}`), url())).toBeNull();
     const unsigned = new UnsecuredJWT({}).setSubject('carol').encode();
     expect(await auth(req(`Bearer ${unsigned}`), url())).toBeNull();
     const noSubject = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).sign(key);
     expect(await auth(req(`Bearer ${noSubject}`), url())).toBeNull();
-    const foreign = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('carol').sign(new TextEncoder().encode(`${SECRET}-other`));
+    const foreign = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('carol')
+      .sign(new TextEncoder().encode(`${SECRET}-other`));
     expect(await auth(req(`Bearer ${foreign}`), url())).toBeNull();
   });
 

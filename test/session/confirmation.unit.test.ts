@@ -26,7 +26,11 @@ async function setup(confirmationMode: boolean) {
     }),
     agentFor: () => scriptedAgent(),
   });
-  const { conversation_id: id } = await m.create('local', { confirmation_mode: confirmationMode, max_iterations: 100, secrets: {} });
+  const { conversation_id: id } = await m.create('local', {
+    confirmation_mode: confirmationMode,
+    max_iterations: 100,
+    secrets: {},
+  });
   const state = async () => (await m.session(id, 'local')).state;
   const events = async (): Promise<StoredEvent[]> => (await log.read(id)).items.map((i) => i.event);
   await until(async () => (await state()) === 'awaiting_user_input', 'the start');
@@ -38,7 +42,10 @@ describe('confirmation mode', () => {
     const { m, id, ran, state, events } = await setup(true);
     await m.act(id, 'local', { type: 'message', content: '!rm -rf build' });
     await until(async () => (await state()) === 'awaiting_user_confirmation', 'the confirmation request');
-    expect((await events()).find((e) => e.type === 'command')).toMatchObject({ source: 'agent', data: { risk: 'high' } });
+    expect((await events()).find((e) => e.type === 'command')).toMatchObject({
+      source: 'agent',
+      data: { risk: 'high' },
+    });
     expect(ran).toEqual([]);
     await m.act(id, 'local', { type: 'change_agent_state', state: 'user_confirmed' });
     await until(async () => (await events()).some((e) => e.type === 'command_output'), 'the output');

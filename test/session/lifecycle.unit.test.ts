@@ -26,7 +26,8 @@ async function until(check: () => Promise<boolean> | boolean, what: string, time
   }
 }
 
-const events = async (log: EventLog, id: string): Promise<StoredEvent[]> => (await log.read(id)).items.map((i) => i.event);
+const events = async (log: EventLog, id: string): Promise<StoredEvent[]> =>
+  (await log.read(id)).items.map((i) => i.event);
 
 describe('session start', () => {
   it('reports error with a reason when the start does not finish before the start timeout', async () => {
@@ -36,7 +37,10 @@ describe('session start', () => {
     await until(async () => (await m.session(id, 'local')).state === 'error', 'the start to time out');
     const stored = await events(log, id);
     expect(stored.find((e) => e.type === 'timeout')).toMatchObject({ data: { deadline: 'start' } });
-    expect(stored.at(-1)).toMatchObject({ type: 'agent_state_changed', data: { state: 'error', reason: expect.stringMatching(/start/) } });
+    expect(stored.at(-1)).toMatchObject({
+      type: 'agent_state_changed',
+      data: { state: 'error', reason: expect.stringMatching(/start/) },
+    });
   });
 
   it('does not time out a start that finishes in time', async () => {
@@ -57,7 +61,9 @@ describe('session start', () => {
     expect(session.state).toBe('loading');
     await session.close('test');
     expect(session.closed).toBe(true);
-    expect((await events(log, id)).some((e) => e.type === 'runtime_status' && e.data.status === 'connected')).toBe(true);
+    expect((await events(log, id)).some((e) => e.type === 'runtime_status' && e.data.status === 'connected')).toBe(
+      true,
+    );
   });
 
   it('closes a session whose start never finishes once the bound has passed', async () => {
@@ -89,14 +95,19 @@ describe('rehydration', () => {
     const first = make();
     const ids: string[] = [];
     for (let i = 0; i < 8; i++) ids.push((await first.create('local', defaults)).conversation_id);
-    for (const id of ids) await until(async () => (await first.session(id, 'local')).state === 'awaiting_user_input', 'start');
+    for (const id of ids)
+      await until(async () => (await first.session(id, 'local')).state === 'awaiting_user_input', 'start');
     await first.shutdown();
 
     const second = make();
-    const acts = ids.flatMap((id) => [1, 2, 3].map((n) => second.act(id, 'local', { type: 'message', content: `${id} #${n}` })));
+    const acts = ids.flatMap((id) =>
+      [1, 2, 3].map((n) => second.act(id, 'local', { type: 'message', content: `${id} #${n}` })),
+    );
     await Promise.all(acts);
     for (const id of ids) {
-      const texts = (await events(log, id)).flatMap((e) => (e.type === 'message' && e.source === 'user' ? [e.data.content] : []));
+      const texts = (await events(log, id)).flatMap((e) =>
+        e.type === 'message' && e.source === 'user' ? [e.data.content] : [],
+      );
       expect(texts).toEqual([1, 2, 3].map((n) => `${id} #${n}`));
     }
     expect(second.liveCount).toBe(ids.length);

@@ -18,7 +18,9 @@ async function until(check: () => Promise<boolean> | boolean, what: string): Pro
 /** A conversation whose runtime holds `sleep` commands until the test kills it. */
 async function setup() {
   const log = memoryEventLog();
-  const runtimes = memoryRuntimeProvider((command, env) => (command.startsWith('sleep') ? new Promise(() => {}) : echoHandler(command, env)));
+  const runtimes = memoryRuntimeProvider((command, env) =>
+    command.startsWith('sleep') ? new Promise(() => {}) : echoHandler(command, env),
+  );
   const m = new SessionManager({
     log,
     conversations: memoryConversationStore(),
@@ -79,7 +81,9 @@ describe('a runtime that dies', () => {
     expect((await events()).some((e) => e.type === 'runtime_status' && e.data.status === 'reconnecting')).toBe(true);
     await m.act(id, 'local', { type: 'run', command: 'echo back' });
     await until(async () => (await events()).some((e) => e.type === 'command_output'), 'the output');
-    expect((await events()).find((e) => e.type === 'command_output')).toMatchObject({ data: { exit_code: 0, output: 'back\n' } });
+    expect((await events()).find((e) => e.type === 'command_output')).toMatchObject({
+      data: { exit_code: 0, output: 'back\n' },
+    });
   });
 
   it('comes back on a reconnect_runtime action too', async () => {

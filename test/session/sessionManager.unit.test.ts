@@ -56,7 +56,9 @@ describe('session manager', () => {
     await settle(m, id);
     const events = await allEvents(log, id);
     expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i));
-    const kinds = events.map((e) => `${e.source}:${e.type}${e.type === 'agent_state_changed' ? `:${e.data.state}` : ''}`);
+    const kinds = events.map(
+      (e) => `${e.source}:${e.type}${e.type === 'agent_state_changed' ? `:${e.data.state}` : ''}`,
+    );
     expect(kinds[0]).toBe('user:conversation_created');
     expect(kinds).toContain('user:message');
     expect(kinds.slice(-3)).toEqual([
@@ -64,7 +66,9 @@ describe('session manager', () => {
       'agent:message',
       'environment:agent_state_changed:awaiting_user_input',
     ]);
-    expect(kinds.indexOf('environment:runtime_status')).toBeLessThan(kinds.indexOf('environment:agent_state_changed:running'));
+    expect(kinds.indexOf('environment:runtime_status')).toBeLessThan(
+      kinds.indexOf('environment:agent_state_changed:running'),
+    );
   });
 
   it('runs a command for a message starting with ! and stores its output as an observation of the command', async () => {
@@ -140,8 +144,11 @@ describe('session manager', () => {
     await settle(first, id);
     await first.shutdown();
     const stored = await allEvents(log, id);
-    expect(stored.at(-1)).toMatchObject({ type: 'session_passivated', data: { reason: 'shutdown', state: 'awaiting_user_input' } });
-    expect((await snapshots.get(id))?.seq).toBe((await log.lastSeq(id)));
+    expect(stored.at(-1)).toMatchObject({
+      type: 'session_passivated',
+      data: { reason: 'shutdown', state: 'awaiting_user_input' },
+    });
+    expect((await snapshots.get(id))?.seq).toBe(await log.lastSeq(id));
 
     const second = manager(log, conversations, snapshots);
     const info = await second.info(id, 'local');
@@ -149,7 +156,10 @@ describe('session manager', () => {
     await second.act(id, 'local', { type: 'message', content: 'two' });
     await settle(second, id);
     const events = await allEvents(log, id);
-    expect(events[stored.length]).toMatchObject({ type: 'session_rehydrated', data: { from: 'snapshot', events_folded: 0 } });
+    expect(events[stored.length]).toMatchObject({
+      type: 'session_rehydrated',
+      data: { from: 'snapshot', events_folded: 0 },
+    });
     expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i));
     const replies = events.filter((e) => e.type === 'message' && e.source === 'agent');
     expect(replies).toHaveLength(2);
@@ -180,7 +190,9 @@ describe('session manager', () => {
     const b = manager(log, conversations);
     await b.act(id, 'local', { type: 'message', content: 'from b' });
     await expect(a.act(id, 'local', { type: 'message', content: 'from a' })).rejects.toBeInstanceOf(SessionClosedError);
-    const texts = (await allEvents(log, id)).flatMap((e) => (e.type === 'message' && e.source === 'user' ? [e.data.content] : []));
+    const texts = (await allEvents(log, id)).flatMap((e) =>
+      e.type === 'message' && e.source === 'user' ? [e.data.content] : [],
+    );
     expect(texts).toEqual(['from b']);
   });
 
@@ -188,7 +200,9 @@ describe('session manager', () => {
     const m = manager();
     const { conversation_id: id } = await m.create('alice', defaults);
     await expect(m.info(id, 'bob')).rejects.toBeInstanceOf(ConversationNotFoundError);
-    await expect(m.act(id, 'bob', { type: 'message', content: 'hi' })).rejects.toBeInstanceOf(ConversationNotFoundError);
+    await expect(m.act(id, 'bob', { type: 'message', content: 'hi' })).rejects.toBeInstanceOf(
+      ConversationNotFoundError,
+    );
     expect(await m.list('bob')).toEqual([]);
     expect((await m.list('alice')).map((c) => c.conversation_id)).toEqual([id]);
   });

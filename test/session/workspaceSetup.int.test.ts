@@ -54,7 +54,9 @@ describe('workspace set-up', () => {
     const { m, events, state } = await withSetupScript('echo missing dependency >&2; exit 3\n');
     await until(async () => (await state()) === 'error', 'the failed start');
     const lost = (await events()).find((e) => e.type === 'runtime_status' && e.data.status === 'disconnected');
-    expect(lost?.type === 'runtime_status' && lost.data.message).toMatch(/setup\.sh failed \(exit 3\).*missing dependency/s);
+    expect(lost?.type === 'runtime_status' && lost.data.message).toMatch(
+      /setup\.sh failed \(exit 3\).*missing dependency/s,
+    );
     await m.shutdown();
   });
 });

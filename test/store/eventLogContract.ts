@@ -23,12 +23,7 @@ export function message(conversationId: string, id: number): StoredEvent {
 }
 
 /** Appends events `firstId..firstId+count-1` as the single writer; returns their sequences. */
-export async function appendMany(
-  log: EventLog,
-  conversationId: string,
-  count: number,
-  firstId = 0,
-): Promise<number[]> {
+export async function appendMany(log: EventLog, conversationId: string, count: number, firstId = 0): Promise<number[]> {
   let last = await log.lastSeq(conversationId);
   const seqs: number[] = [];
   for (let id = firstId; id < firstId + count; id++) {
@@ -103,7 +98,11 @@ export function eventLogContract(name: string, makeLog: () => Promise<EventLog>)
       const seqs = await appendMany(log, c, 2);
       const append = log.append(message(c, 2), { expectedLastSeq: seqs[0]! });
       await expect(append).rejects.toBeInstanceOf(VersionConflictError);
-      await expect(append).rejects.toMatchObject({ conversationId: c, expectedLastSeq: seqs[0], code: 'VERSION_CONFLICT' });
+      await expect(append).rejects.toMatchObject({
+        conversationId: c,
+        expectedLastSeq: seqs[0],
+        code: 'VERSION_CONFLICT',
+      });
       expect(await log.read(c)).toEqual({ items: logged(c, seqs), hasMore: false });
     });
 

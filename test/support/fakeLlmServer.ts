@@ -32,8 +32,18 @@ export interface FakeLlmServer {
 }
 
 /** A completion whose assistant message calls one tool. */
-export function toolCall(name: string, args: unknown, usage?: { prompt_tokens: number; completion_tokens: number }): FakeReply {
-  return completion({ content: null, tool_calls: [{ id: 'call_x', type: 'function', function: { name, arguments: JSON.stringify(args) } }] }, usage);
+export function toolCall(
+  name: string,
+  args: unknown,
+  usage?: { prompt_tokens: number; completion_tokens: number },
+): FakeReply {
+  return completion(
+    {
+      content: null,
+      tool_calls: [{ id: 'call_x', type: 'function', function: { name, arguments: JSON.stringify(args) } }],
+    },
+    usage,
+  );
 }
 
 /** A completion whose assistant message is plain text. */
@@ -42,11 +52,19 @@ export function text(content: string): FakeReply {
 }
 
 /** An OpenAI-style error answer. */
-export function failure(status: number, headers: Record<string, string> = {}, message = `fake failure ${status}`, code?: string): FakeReply {
+export function failure(
+  status: number,
+  headers: Record<string, string> = {},
+  message = `fake failure ${status}`,
+  code?: string,
+): FakeReply {
   return { status, headers, json: { error: { message, type: 'fake', ...(code && { code }) } } };
 }
 
-function completion(message: Record<string, unknown>, usage?: { prompt_tokens: number; completion_tokens: number }): FakeReply {
+function completion(
+  message: Record<string, unknown>,
+  usage?: { prompt_tokens: number; completion_tokens: number },
+): FakeReply {
   return {
     json: {
       id: 'chatcmpl-fake',
@@ -88,7 +106,10 @@ export async function startFakeLlmServer(): Promise<FakeLlmServer> {
     if (req.method !== 'POST' || req.url !== '/v1/chat/completions') {
       return send(res, { status: 404, json: { error: { message: `no route ${req.method} ${req.url}` } } });
     }
-    const reply = queue.shift() ?? { status: 418, json: { error: { message: 'fake LLM server: no scripted reply left' } } };
+    const reply = queue.shift() ?? {
+      status: 418,
+      json: { error: { message: 'fake LLM server: no scripted reply left' } },
+    };
     if ('hang' in reply) return;
     if ('drop' in reply) return req.socket.destroy();
     send(res, reply);

@@ -19,7 +19,8 @@ export function embeddedNatsPid(dataDir: string): number | undefined {
       const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
       const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-      if (cmdline[0]?.endsWith('nats-server') && cmdline.some((a) => a.startsWith(dataDir)) && state !== 'Z') return Number(entry);
+      if (cmdline[0]?.endsWith('nats-server') && cmdline.some((a) => a.startsWith(dataDir)) && state !== 'Z')
+        return Number(entry);
     } catch {
       // Gone meanwhile.
     }
@@ -147,8 +148,12 @@ export async function untilQuiet(
     previous = lastSeqs;
     await sleep(stableMs);
   }
-  const describe = unsettled.map((id) => `${id}: ends with ${JSON.stringify(logs.get(id)?.at(-1)?.event ?? null).slice(0, 200)}`);
-  throw new Error(`conversations did not settle within ${timeoutMs} ms: ${describe.join('; ') || 'their logs kept moving'}`);
+  const describe = unsettled.map(
+    (id) => `${id}: ends with ${JSON.stringify(logs.get(id)?.at(-1)?.event ?? null).slice(0, 200)}`,
+  );
+  throw new Error(
+    `conversations did not settle within ${timeoutMs} ms: ${describe.join('; ') || 'their logs kept moving'}`,
+  );
 }
 
 /** One line per event, for assertion messages. */
@@ -157,11 +162,17 @@ export function describeLog(events: readonly LoggedEvent[], max = 60): string {
     ({ seq, event }) =>
       `${seq} #${event.id} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
   );
-  return lines.length > max ? [...lines.slice(0, 10), `… ${lines.length - max} more …`, ...lines.slice(-(max - 10))].join('\n') : lines.join('\n');
+  return lines.length > max
+    ? [...lines.slice(0, 10), `… ${lines.length - max} more …`, ...lines.slice(-(max - 10))].join('\n')
+    : lines.join('\n');
 }
 
 /** Runs `work` on every item, at most `concurrency` at a time; resolves with the results in item order. */
-export async function inPool<T, R>(items: readonly T[], concurrency: number, work: (item: T, index: number) => Promise<R>): Promise<R[]> {
+export async function inPool<T, R>(
+  items: readonly T[],
+  concurrency: number,
+  work: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
   const results: R[] = new Array(items.length);
   let next = 0;
   const worker = async () => {

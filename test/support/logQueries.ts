@@ -14,11 +14,15 @@ export function endsAwaiting(events: readonly LoggedEvent[]): boolean {
 }
 
 export function userMessage(events: readonly LoggedEvent[], content: string): LoggedEvent | undefined {
-  return events.find((e) => e.event.source === 'user' && e.event.type === 'message' && e.event.data.content === content);
+  return events.find(
+    (e) => e.event.source === 'user' && e.event.type === 'message' && e.event.data.content === content,
+  );
 }
 
 /** The scripted agent's messages that answer the user message with this content (it quotes what it answers). */
 export function repliesTo(events: readonly LoggedEvent[], content: string): LoggedEvent[] {
   const quote = `You said: "${content}".`;
-  return events.filter((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.startsWith(quote));
+  return events.filter(
+    (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.startsWith(quote),
+  );
 }

@@ -94,7 +94,11 @@ class PortInUseError extends Error {
   override name = 'PortInUseError';
 }
 
-async function startOnce(dataDir: string, ownsDataDir: boolean, extraEnv: Record<string, string>): Promise<ServerProcess> {
+async function startOnce(
+  dataDir: string,
+  ownsDataDir: boolean,
+  extraEnv: Record<string, string>,
+): Promise<ServerProcess> {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env, TETHER_LOG_LEVEL: 'warn', ...extraEnv };
   delete env.NATS_URL;

@@ -111,10 +111,14 @@ export class WsClient {
     options: { timeoutMs?: number; from?: number; what?: string } = {},
   ): Promise<T> {
     const { timeoutMs = DEFAULT_TIMEOUT_MS, from = 0, what = 'a matching frame' } = options;
-    return this.#until(() => {
-      for (let i = from; i < this.frames.length; i++) if (predicate(this.frames[i]!)) return this.frames[i] as T;
-      return undefined;
-    }, timeoutMs, what);
+    return this.#until(
+      () => {
+        for (let i = from; i < this.frames.length; i++) if (predicate(this.frames[i]!)) return this.frames[i] as T;
+        return undefined;
+      },
+      timeoutMs,
+      what,
+    );
   }
 
   /** Waits until `condition()` holds (re-checked on every frame and on close). */
@@ -125,10 +129,14 @@ export class WsClient {
 
   /** The next frame of this type after the last one `next` returned. */
   async next<K extends Frame['type']>(type: K, timeoutMs = DEFAULT_TIMEOUT_MS): Promise<Extract<Frame, { type: K }>> {
-    const index = await this.#until(() => {
-      for (let i = this.#cursor; i < this.frames.length; i++) if (this.frames[i]!.type === type) return i;
-      return undefined;
-    }, timeoutMs, `a ${type} frame`);
+    const index = await this.#until(
+      () => {
+        for (let i = this.#cursor; i < this.frames.length; i++) if (this.frames[i]!.type === type) return i;
+        return undefined;
+      },
+      timeoutMs,
+      `a ${type} frame`,
+    );
     this.#cursor = index + 1;
     return this.frames[index] as Extract<Frame, { type: K }>;
   }
@@ -157,7 +165,11 @@ export class WsClient {
   }
 
   #record(data: WebSocket.RawData, isBinary: boolean): void {
-    const raw = Buffer.isBuffer(data) ? data.toString('utf8') : Array.isArray(data) ? Buffer.concat(data).toString('utf8') : Buffer.from(data).toString('utf8');
+    const raw = Buffer.isBuffer(data)
+      ? data.toString('utf8')
+      : Array.isArray(data)
+        ? Buffer.concat(data).toString('utf8')
+        : Buffer.from(data).toString('utf8');
     let value: unknown;
     try {
       value = JSON.parse(raw);
@@ -192,7 +204,11 @@ export class WsClient {
           resolve(found);
         } else if (this.#closeInfo) {
           finish();
-          reject(new Error(`${this.url}: closed (${this.#closeInfo.code} ${this.#closeInfo.reason}) before ${what}; ${this.#summary()}`));
+          reject(
+            new Error(
+              `${this.url}: closed (${this.#closeInfo.code} ${this.#closeInfo.reason}) before ${what}; ${this.#summary()}`,
+            ),
+          );
         }
       };
       const timer = setTimeout(() => {
@@ -226,7 +242,12 @@ export function wsUrlFor(wsUrl: string, conversationId: string, afterSeq?: numbe
  * Opens a client on a conversation and waits for its `sync` frame; the client is
  * added to `opened`, so that the test can close whatever it opened.
  */
-export async function connectSynced(wsUrl: string, opened: WsClient[], conversationId: string, afterSeq?: number): Promise<WsClient> {
+export async function connectSynced(
+  wsUrl: string,
+  opened: WsClient[],
+  conversationId: string,
+  afterSeq?: number,
+): Promise<WsClient> {
   const client = await WsClient.connect(wsUrlFor(wsUrl, conversationId, afterSeq));
   opened.push(client);
   await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
