@@ -74,7 +74,7 @@ export class BenchClient implements PacedMember {
         else reject(err);
       });
       socket.on('message', (data) => {
-        const text = data.toString();
+        const text = (data as Buffer).toString();
         const frame = JSON.parse(text) as { type: string };
         if (frame.type === 'sync') {
           synced = true;

@@ -186,7 +186,11 @@ export async function httpColdStart(fx: ColdStartFixture): Promise<ColdStart> {
         socket.on('error', reject);
         socket.on('close', (code) => reject(new Error(`ws of ${id} closed (${code}) before awaiting_user_input`)));
         socket.on('message', (data) => {
-          const frame = JSON.parse(data.toString()) as { type: string; event?: LoggedEvent['event']; message?: string };
+          const frame = JSON.parse((data as Buffer).toString()) as {
+            type: string;
+            event?: LoggedEvent['event'];
+            message?: string;
+          };
           if (frame.type === 'error') reject(new Error(`ws error frame: ${frame.message}`));
           if (frame.type === 'event' && frame.event && isIdle(frame.event)) resolve(performance.now() - t0);
         });

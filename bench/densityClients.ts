@@ -59,7 +59,7 @@ function open(url: string, sync: boolean): Promise<IdleClient> {
     });
     if (!sync) socket.once('open', connectedNow);
     socket.on('message', (data) => {
-      const frame = JSON.parse(data.toString()) as EventFrame;
+      const frame = JSON.parse((data as Buffer).toString()) as EventFrame;
       if (frame.type === 'sync') {
         if (frame.state === 'awaiting_user_input') connectedNow();
         else reject(new Error(`${url}: sync in state ${frame.state}`));

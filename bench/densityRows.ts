@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import type { BenchContext, Measured } from './benchContext.ts';
 import type { ServerMemory } from './bareWsServer.ts';
-import { SAMPLE, WARM_UP, bareRun, startClients, tetherRun, type BareRun, type TetherRun } from './densityRuns.ts';
+import { WARM_UP, bareRun, startClients, tetherRun, type BareRun, type TetherRun } from './densityRuns.ts';
 import { OWN_NAME_NOTE, perThing, type HeapKind } from './densitySnapshot.ts';
 import { HEAP_NODE_FLAGS } from './heapBench.ts';
 import { fmt, progress } from './measure.ts';

@@ -71,7 +71,7 @@ export class BenchChild<P extends Protocol> {
     });
     const reply = await within(timeoutMs, step, answer);
     if (!reply.ok) throw new Error(`${this.#name} failed to ${type}: ${reply.error}`);
-    return reply.value as P[T]['reply'];
+    return reply.value;
   }
 
   stop(): void {
@@ -177,7 +177,7 @@ const untrackedRuntimes: RuntimeProvider = { create: (id, options) => new Memory
 export interface BenchSessions {
   manager: SessionManager;
   /** Deletes the stream and buckets (the manager must be shut down first). */
-  dispose(): Promise<void>;
+  dispose: () => Promise<void>;
 }
 
 /**

@@ -93,7 +93,7 @@ class Watcher {
         else reject(err);
       });
       socket.on('message', (data) => {
-        const text = data.toString();
+        const text = (data as Buffer).toString();
         const frame = JSON.parse(text) as { type: string; seq?: number; through_seq?: number };
         if (frame.type === 'sync') {
           synced = true;
@@ -181,7 +181,7 @@ async function bounded(arrived: Promise<void>): Promise<boolean> {
 
 /** Posts the messages, `window` requests in flight; their seqs in the order of their text's index. */
 async function write(w: Writes): Promise<number[]> {
-  const seqs: number[] = new Array(w.count);
+  const seqs = new Array<number>(w.count);
   let next = 0;
   const worker = async () => {
     while (next < w.count) {

@@ -25,7 +25,7 @@ export async function startSocketIoServer(): Promise<SocketIoBaseline> {
     maxHttpBufferSize: 1 << 20,
   });
   io.on('connection', (socket) => {
-    const room = socket.handshake.auth.room;
+    const room: unknown = (socket.handshake.auth as { room?: unknown }).room;
     if (typeof room !== 'string' || room === '') {
       socket.disconnect(true);
       return;

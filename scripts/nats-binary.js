@@ -34,6 +34,7 @@ export async function ensureNatsServer({ log = () => {}, env = process.env } = {
   } catch (err) {
     throw new Error(
       `apt-get install nats-server failed (${err instanceof Error ? err.message : err}). ${HOW_TO_INSTALL}`,
+      { cause: err },
     );
   }
   const installed = findNatsServer(env);

@@ -26,7 +26,7 @@ export function jsonLogger(
 
 export const silentLogger: Logger = { info() {}, warn() {}, error() {} };
 
-export function errorFields(err: unknown): Record<string, unknown> {
+export function errorFields(err: unknown): { error: string; code?: unknown } {
   if (err instanceof Error) return { error: err.message, code: (err as { code?: unknown }).code };
   return { error: String(err) };
 }

@@ -93,11 +93,12 @@ function namedJson(value: unknown, label: string): Json {
  * its delayed events, which xstate adds to implement `after`.
  */
 export function ownActions(node: AnyStateNode, which: 'entry' | 'exit'): unknown[] {
-  const delayed = new Set(node.after.map((t) => t.eventType));
-  return node[which].filter((action) => {
+  const delayed = new Set(node.after.map((t): unknown => t.eventType));
+  const actions: unknown[] = node[which];
+  return actions.filter((action) => {
     const a = action as { type?: unknown; id?: unknown; sendId?: unknown };
-    if (a.type === 'xstate.raise') return !delayed.has(a.id as string);
-    if (a.type === 'xstate.cancel') return !delayed.has(a.sendId as string);
+    if (a.type === 'xstate.raise') return !delayed.has(a.id);
+    if (a.type === 'xstate.cancel') return !delayed.has(a.sendId);
     return true;
   });
 }

@@ -16,7 +16,7 @@ async function main(argv: string[]): Promise<number> {
     case 'serve': {
       const { serve } = await import('./serve.ts');
       // Exit explicitly: everything has been stopped, and a stray handle must not keep a stopped server alive.
-      process.exit(await serve());
+      return process.exit(await serve());
     }
     case 'replay': {
       const { replay } = await import('./replay.ts');

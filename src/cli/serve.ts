@@ -57,7 +57,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     nc = await connectNats(natsUrl, { name: 'tether' });
   } catch (err) {
     await stopEmbedded();
-    throw new Error(`cannot reach NATS at ${natsUrl}: ${errorFields(err).error}`);
+    throw new Error(`cannot reach NATS at ${natsUrl}: ${errorFields(err).error}`, { cause: err });
   }
   let natsReady = true;
   let closing = false;

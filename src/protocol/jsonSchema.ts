@@ -3,7 +3,7 @@ import { StoredEvent } from './event.ts';
 
 /** The JSON Schema of a stored event, as written to docs/stored-event.schema.json. */
 export function storedEventJsonSchema(): Record<string, unknown> {
-  return z.toJSONSchema(StoredEvent, { target: 'draft-2020-12', io: 'output' }) as Record<string, unknown>;
+  return z.toJSONSchema(StoredEvent, { target: 'draft-2020-12', io: 'output' });
 }
 
 /** The exact text of docs/stored-event.schema.json. */

@@ -196,7 +196,7 @@ export class LocalRuntime implements Runtime {
       detached: true, // own process group, so a signal reaches the shell and its children
       // fd 3 is a lifeline: it closes when this process dies, even by SIGKILL (see LIFELINE).
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
-    }) as unknown as ChildProcessWithoutNullStreams;
+    });
     this.child = child;
     (child.stdio[3] as Socket | null)?.unref();
     const mine = () => this.child === child;

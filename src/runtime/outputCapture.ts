@@ -16,7 +16,7 @@ __tether_end() { __tether_busy=; printf '\\n%s%s:%d\\n' ${MARKER_PREFIX} "$1" "$
 __tether_abort() {
   case $- in *e*) __tether_errexit=1; set +e ;; esac
   shopt -s extdebug
-  trap 'if [[ -z \${__tether_busy-} || \$BASH_COMMAND == __tether_end* || \${FUNCNAME[0]-} == __tether_end ]]; then __tether_resume; else break 1000 2>/dev/null; false; fi' DEBUG
+  trap 'if [[ -z \${__tether_busy-} || $BASH_COMMAND == __tether_end* || \${FUNCNAME[0]-} == __tether_end ]]; then __tether_resume; else break 1000 2>/dev/null; false; fi' DEBUG
 }
 __tether_resume() {
   trap - DEBUG
@@ -120,6 +120,7 @@ function markerStartAtEnd(data: Buffer, needle: Buffer): number {
 
 /** Quotes any string as one bash word: `$'...'` with escapes for quotes, backslashes and control bytes. */
 export function ansiCQuote(text: string): string {
+  // eslint-disable-next-line no-control-regex -- control bytes are exactly what must be escaped
   const body = text.replace(/[\\'\x00-\x1f\x7f]/g, (c) =>
     c === '\\' || c === "'" ? `\\${c}` : `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`,
   );

@@ -265,14 +265,12 @@ export class SessionManager {
   #revive(session: Session): Session {
     if (session.runtimeLost) {
       this.#logger.info('reconnecting a dead runtime', { conversation_id: session.conversationId });
-      void session
-        .reconnectRuntime()
-        .catch((err) =>
-          this.#logger.warn('runtime reconnect failed', {
-            conversation_id: session.conversationId,
-            ...errorFields(err),
-          }),
-        );
+      void session.reconnectRuntime().catch((err) =>
+        this.#logger.warn('runtime reconnect failed', {
+          conversation_id: session.conversationId,
+          ...errorFields(err),
+        }),
+      );
     }
     return session;
   }

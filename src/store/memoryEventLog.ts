@@ -53,7 +53,7 @@ export class MemoryEventLog implements EventLog {
       throw new VersionConflictError(conversationId, options.expectedLastSeq);
     }
     const seq = ++this.#lastSeq;
-    log.push({ seq, json: eventBytes(event).toString() });
+    log.push({ seq, json: Buffer.from(eventBytes(event)).toString() });
     this.#logs.set(conversationId, log);
     if (key !== undefined) this.#seen.set(key, { seq, at: now });
     for (const wake of this.#watchers.get(conversationId) ?? []) wake();

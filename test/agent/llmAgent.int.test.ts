@@ -244,7 +244,7 @@ describe('llmAgent turns replies into actions', () => {
 describe('llmAgent maps history to chat messages', () => {
   it("puts the conversation's instructions in the system prompt", async () => {
     await stepWith(text('ok'), history(created('Always answer in French.'), userSays('hi')));
-    const [system] = server.requests[0]?.body.messages;
+    const [system] = server.requests[0]!.body.messages;
     expect(system.role).toBe('system');
     expect(system.content).toContain('Instructions for this conversation:\nAlways answer in French.');
   });
@@ -265,7 +265,7 @@ describe('llmAgent maps history to chat messages', () => {
       agentFinishes('make failed'), // 11
     );
     await stepWith(text('ok'), events);
-    const [, ...messages] = server.requests[0]?.body.messages;
+    const [, ...messages] = server.requests[0]!.body.messages;
     expect(messages).toEqual([
       { role: 'user', content: 'count the files' },
       {

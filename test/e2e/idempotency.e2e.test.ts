@@ -8,7 +8,8 @@ import {
   startServer,
   type ServerProcess,
 } from '../support/serverProcess.ts';
-import { connectSynced, WsClient } from '../support/wsClient.ts';
+import type { WsClient } from '../support/wsClient.ts';
+import { connectSynced } from '../support/wsClient.ts';
 
 interface ActResult {
   seq: number;

@@ -1,5 +1,4 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type { LoggedEvent } from '../../src/protocol/index.ts';
 import {
   answersTo,
   contentCounts,
@@ -249,7 +248,7 @@ describe('a NATS outage under steady traffic', () => {
     await readyz.stop();
     const logs = await untilQuiet(server.baseUrl, ids, { timeoutMs: 60_000 });
     // Every open socket has received all that was sent to it.
-    await Promise.all(chatters.map((c) => (c.ws?.isOpen ? c.ws.roundTrip(15_000) : undefined)));
+    await Promise.all(chatters.map((c) => (c.ws?.isOpen ? c.ws.roundTrip(15_000) : Promise.resolve())));
 
     const actions = chatters.flatMap((c) => c.actions.map((a) => ({ chatter: c, action: a })));
     const notReady = readyz.notReadyWindow();
@@ -305,7 +304,7 @@ describe('a NATS outage under steady traffic', () => {
       const stored = new Map(userMessages(log).map((e) => [e.event.data.content, e.seq]));
       const framed = framedSeqs(chatter);
       for (const action of chatter.actions) {
-        const what = `${action.clientId} (ws ${action.wsOutcome}, errors [${action.errorFrames}], retry ${JSON.stringify(action.restAck ?? action.failedRetries)})`;
+        const what = `${action.clientId} (ws ${action.wsOutcome}, errors [${action.errorFrames.join(', ')}], retry ${JSON.stringify(action.restAck ?? action.failedRetries)})`;
         const acks = [...(framed.get(action.content) ?? []), ...(action.restAck ? [action.restAck.seq] : [])];
         // Acknowledged (event frame or REST 202): stored exactly once, where the acknowledgement said.
         for (const seq of acks) {

@@ -40,7 +40,7 @@ describe('a runtime killed in the middle of a command', () => {
     const workspace = join(server.dataDir, 'workspaces', id);
     const detection: number[] = [];
     // Like a real client, each connection resumes from the cursor of the one before.
-    let cursor = 0;
+    let cursor: number;
     const first = await WsClient.connect(wsUrlFor(server.wsUrl, id));
     await first.waitFor(
       (f) => (f.type === 'sync' && f.state === 'awaiting_user_input') || stateIs('awaiting_user_input')(f),

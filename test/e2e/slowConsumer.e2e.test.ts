@@ -8,7 +8,8 @@ import {
   startServer,
   type ServerProcess,
 } from '../support/serverProcess.ts';
-import { connectSynced, WsClient, type EventFrame } from '../support/wsClient.ts';
+import type { WsClient } from '../support/wsClient.ts';
+import { connectSynced, type EventFrame } from '../support/wsClient.ts';
 
 // 100 commands of 500 kB each: 50 MB of command_output events flow past a client
 // that does not read, six times the documented 8 MiB bound on bytes queued per client.

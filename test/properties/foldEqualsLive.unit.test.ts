@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createActor, initialTransition, transition } from 'xstate';
-import { sessionMachine, type SessionSnapshot } from '../../machines/index.ts';
+import { sessionMachine } from '../../machines/index.ts';
 import { chooseAccepted, liveScenario, machineRun, SEEDS } from './arbitraries.ts';
 import { expectConsistent, Harness } from './harness.ts';
 import { corruptedCopies, expectSame, logViolations, persisted } from './logChecks.ts';
@@ -52,7 +52,7 @@ describe('the session machine as a live actor and as a fold', () => {
           if (event === undefined) continue;
           requested.length = 0;
           live.send(event);
-          [folded, actions] = transition(sessionMachine, folded, event) as [SessionSnapshot, typeof actions];
+          [folded, actions] = transition(sessionMachine, folded, event);
           expectSame(live.getPersistedSnapshot(), persisted(folded), `after ${JSON.stringify(event)}`);
           expect(requested, `effects of ${event.type}`).toEqual(effectsOf(actions));
           eventId += 1;

@@ -20,8 +20,8 @@ export class Gates {
 
   wait(kind: GateKind, actsAtCreation: number, signal?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      if (signal?.aborted) return reject(signal.reason);
-      const onAbort = () => settle(() => reject(signal?.reason));
+      if (signal?.aborted) return reject(signal.reason as Error);
+      const onAbort = () => settle(() => reject(signal?.reason as Error));
       const settle = (then: () => void) => {
         signal?.removeEventListener('abort', onAbort);
         const at = this.#queue.indexOf(gate);

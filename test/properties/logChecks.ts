@@ -115,16 +115,16 @@ export function corruptedCopies(
   events: readonly StoredEvent[],
   at: number,
 ): Array<{ how: string; log: StoredEvent[] }> {
-  const renumber = (log: StoredEvent[]) => log.map((e, id) => ({ ...e, id }) as StoredEvent);
+  const renumber = (log: StoredEvent[]) => log.map((e, id) => ({ ...e, id }));
   const facts = events.flatMap((e, i) => (e.type === 'agent_state_changed' ? [i] : []));
   const copies: Array<{ how: string; log: StoredEvent[] }> = [];
   const fact = facts[at % Math.max(1, facts.length)];
   if (fact !== undefined) {
-    const wrong = events.map((e, i) =>
+    const wrong = events.map<StoredEvent>((e, i) =>
       i === fact && e.type === 'agent_state_changed'
         ? { ...e, data: { state: e.data.state === 'paused' ? 'stopped' : 'paused' } }
         : e,
-    ) as StoredEvent[];
+    );
     copies.push({ how: 'a fact names another state', log: wrong });
     copies.push({ how: 'a fact is missing', log: renumber(events.filter((_, i) => i !== fact)) });
   }
@@ -162,7 +162,14 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
   const kept = events.filter((e) => !LIFECYCLE.has(e.type));
   const position = new Map(kept.map((e, i) => [e.id, i]));
   const at = (id: number | undefined) => (id === undefined ? undefined : (position.get(id) ?? 'lifecycle'));
-  const { iterations, runtime, stepCause, pendingCommand, lastMessageId, ...context } = snapshot.context;
+  const {
+    iterations: _iterations,
+    runtime: _runtime,
+    stepCause,
+    pendingCommand,
+    lastMessageId,
+    ...context
+  } = snapshot.context;
   return {
     state: agentStateOf(snapshot),
     value: snapshot.value,

@@ -89,7 +89,7 @@ describe('startEmbeddedNats', () => {
     });
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    let pid: number | undefined;
+    let pid: number | undefined = undefined;
     onTestFinished(({ task }) => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       // The test failed with the server still running: do not leave it behind.

@@ -17,6 +17,7 @@ export interface RecordedRequest {
   url: string;
   headers: IncomingHttpHeaders;
   /** The parsed JSON body (undefined when it was not JSON). */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read whatever the agent sent
   body: any;
 }
 

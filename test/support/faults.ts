@@ -49,7 +49,7 @@ export class ReadyzProbe {
   constructor(baseUrl: string, everyMs = 50) {
     this.#done = (async () => {
       while (this.#running) {
-        let status = 0;
+        let status: number;
         try {
           const res = await fetch(`${baseUrl}/readyz`, { signal: AbortSignal.timeout(2_000) });
           await res.body?.cancel();

@@ -106,8 +106,8 @@ async function startOnce(
   const child = spawn(process.execPath, [BIN, 'serve'], { cwd: ROOT, env, stdio: ['ignore', 'ignore', 'pipe'] });
   running.add(child);
   let stderrText = '';
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', (chunk: string) => {
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (chunk: string) => {
     stderrText = (stderrText + chunk).slice(-STDERR_KEEP_CHARS);
   });
   const exited = new Promise<ServerExit>((resolveExit) => {
@@ -198,7 +198,7 @@ export async function http<T = unknown>(
   init.headers = headers;
   const res = await fetch(`${baseUrl}${path}`, init);
   const text = await res.text();
-  let parsed: unknown = undefined;
+  let parsed: unknown;
   try {
     parsed = text === '' ? undefined : JSON.parse(text);
   } catch {
@@ -250,5 +250,7 @@ export async function eventually<T>(probe: () => Promise<T | undefined>, what: s
     }
     await new Promise((r) => setTimeout(r, 50));
   }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+  throw new Error(
+    `timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : last ? `: ${JSON.stringify(last)}` : ''}`,
+  );
 }

@@ -196,7 +196,7 @@ export class WsClient {
           found = check();
         } catch (err) {
           finish();
-          reject(err);
+          reject(err instanceof Error ? err : new Error(String(err)));
           return;
         }
         if (found !== undefined) {
