@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
 import type { SessionLimits } from './session/index.ts';
+import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES } from './tether.ts';
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().min(1);
@@ -12,8 +13,9 @@ export const ConfigSchema = z.object({
   TETHER_PORT: port.default(3000),
   TETHER_DATA_DIR: z.string().min(1).default('./.tether'),
   NATS_URL: z.string().min(1).optional(),
-  TETHER_MAX_FRAME_BYTES: positiveInt.default(1_048_576),
-  TETHER_MAX_BODY_BYTES: positiveInt.default(10_485_760),
+  NATS_SERVER_BIN: z.string().min(1).optional(),
+  TETHER_MAX_FRAME_BYTES: positiveInt.default(DEFAULT_MAX_FRAME_BYTES),
+  TETHER_MAX_BODY_BYTES: positiveInt.default(DEFAULT_MAX_BODY_BYTES),
   TETHER_MAX_PENDING_BYTES: positiveInt.default(8_388_608),
   TETHER_WS_FRAMES_PER_SECOND: positiveInt.default(100),
   TETHER_WS_FRAME_BURST: positiveInt.default(200),
@@ -44,6 +46,8 @@ export interface Config {
   port: number;
   dataDir: string;
   natsUrl: string | undefined;
+  /** The embedded nats-server's binary; undefined: found on PATH or in the usual places. */
+  natsServerBin: string | undefined;
   maxFrameBytes: number;
   maxBodyBytes: number;
   maxPendingBytes: number;
@@ -83,6 +87,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     port: c.TETHER_PORT,
     dataDir: resolve(c.TETHER_DATA_DIR),
     natsUrl: c.NATS_URL,
+    natsServerBin: c.NATS_SERVER_BIN,
     maxFrameBytes: c.TETHER_MAX_FRAME_BYTES,
     maxBodyBytes: c.TETHER_MAX_BODY_BYTES,
     maxPendingBytes: c.TETHER_MAX_PENDING_BYTES,

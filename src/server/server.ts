@@ -1,4 +1,5 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../logger.ts';
 import type { SessionManager } from '../session/index.ts';
@@ -22,6 +23,8 @@ export interface TetherServerOptions {
   ready?: () => boolean | Promise<boolean>;
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
   authenticate?: Authenticate;
+  /** Serve on this HTTP server (one from `startingServer()`, maybe listening already) instead of a new one. */
+  http?: Server;
 }
 
 export interface TetherServer {
@@ -37,7 +40,10 @@ export const localUser: Authenticate = async () => 'local';
 /** HTTP and WebSocket on one port. No business rules here: parse, authenticate, route. */
 export function tetherServer(options: TetherServerOptions): TetherServer {
   const authenticate = options.authenticate ?? localUser;
-  const http = createServer(httpApi({ ...options, authenticate }));
+  const http = options.http ?? createServer();
+  // A starting server's 503 answers give way to the real ones.
+  http.removeAllListeners('request').removeAllListeners('upgrade');
+  http.on('request', httpApi({ ...options, authenticate }));
   const ws = new WsGateway({ ...options, ...options.ws, authenticate });
   http.on('upgrade', (req, socket, head) => ws.handleUpgrade(req, socket, head));
   return {
@@ -45,6 +51,7 @@ export function tetherServer(options: TetherServerOptions): TetherServer {
     ws,
     listen: (port, host) =>
       new Promise((resolve, reject) => {
+        if (http.listening) return resolve(http.address() as AddressInfo);
         http.once('error', reject);
         http.listen(port, host, () => {
           http.off('error', reject);
@@ -58,4 +65,22 @@ export function tetherServer(options: TetherServerOptions): TetherServer {
       await closed;
     },
   };
+}
+
+const STARTING_BODY = JSON.stringify({ error: { code: 'STARTING', message: 'Tether is starting; try again shortly' } });
+
+/**
+ * An HTTP server that answers every request (`/healthz` too) with 503
+ * `STARTING`, and refuses WebSocket upgrades, until `tetherServer({ http })`
+ * takes it over. The CLI listens on it before it starts anything else, so the
+ * port is Tether's from the first moment (an embedded nats-server cannot take it).
+ */
+export function startingServer(): Server {
+  const http = createServer((_req: IncomingMessage, res: ServerResponse) => {
+    res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' }).end(STARTING_BODY);
+  });
+  http.on('upgrade', (_req: IncomingMessage, socket: Duplex) => {
+    socket.end('HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+  });
+  return http;
 }

@@ -27,6 +27,7 @@ export {
   type KvConversationStoreOptions,
 } from './kvConversationStore.ts';
 export { MemoryConversationStore, memoryConversationStore } from './memoryConversationStore.ts';
+export { locateNatsServer, NatsServerNotFoundError, INSTALL_NATS_SERVER } from './natsBinary.ts';
 export {
   startEmbeddedNats,
   type EmbeddedNats,
@@ -34,5 +35,6 @@ export {
   type EmbeddedNatsOptions,
 } from './embeddedNats.ts';
 export { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
+export { jetStreamStores, memoryStores, type Stores, type JetStreamStoreNames } from './stores.ts';
 export { KvSnapshotStore, kvSnapshotStore, DEFAULT_SNAPSHOT_BUCKET } from './kvSnapshotStore.ts';
 export { MemorySnapshotStore, memorySnapshotStore } from './memorySnapshotStore.ts';

@@ -1,0 +1,44 @@
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { ConversationStore } from './conversationStore.ts';
+import type { EventLog } from './eventLog.ts';
+import { jetStreamEventLog } from './jetStreamEventLog.ts';
+import { kvConversationStore } from './kvConversationStore.ts';
+import { kvSnapshotStore } from './kvSnapshotStore.ts';
+import { memoryConversationStore } from './memoryConversationStore.ts';
+import { memoryEventLog } from './memoryEventLog.ts';
+import { memorySnapshotStore } from './memorySnapshotStore.ts';
+import type { SnapshotStore } from './snapshotStore.ts';
+
+/** Everything a Tether keeps: the event log, conversation records, snapshots. */
+export interface Stores {
+  log: EventLog;
+  conversations: ConversationStore;
+  snapshots: SnapshotStore;
+}
+
+/** Where the stores live on NATS; each name defaults to the documented one. */
+export interface JetStreamStoreNames {
+  /** Event stream (default `TETHER_EVENTS`). */
+  stream?: string;
+  /** Event subjects are `<subjectPrefix>.<conversationId>.events` (default `tether.conv`). */
+  subjectPrefix?: string;
+  /** KV bucket of conversation records (default `tether_conversations`). */
+  conversationBucket?: string;
+  /** KV bucket of snapshots (default `tether_snapshots`). */
+  snapshotBucket?: string;
+}
+
+/** The stores on JetStream and KV, creating the stream and buckets when missing. */
+export async function jetStreamStores(nc: NatsConnection, names: JetStreamStoreNames = {}): Promise<Stores> {
+  const [log, conversations, snapshots] = await Promise.all([
+    jetStreamEventLog(nc, { stream: names.stream, subjectPrefix: names.subjectPrefix }),
+    kvConversationStore(nc, { bucket: names.conversationBucket }),
+    kvSnapshotStore(nc, { bucket: names.snapshotBucket }),
+  ]);
+  return { log, conversations, snapshots };
+}
+
+/** The in-memory twins: for tests and for trying Tether without NATS. */
+export function memoryStores(): Stores {
+  return { log: memoryEventLog(), conversations: memoryConversationStore(), snapshots: memorySnapshotStore() };
+}

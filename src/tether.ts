@@ -1,0 +1,74 @@
+import type { AddressInfo } from 'node:net';
+import type { Agent } from './agent/index.ts';
+import { silentLogger, type Logger } from './logger.ts';
+import type { RuntimeProvider } from './runtime/index.ts';
+import { tetherServer, type TetherServer, type TetherServerOptions } from './server/index.ts';
+import { SessionManager, type SessionLimits } from './session/index.ts';
+import type { Stores } from './store/index.ts';
+
+/** Largest WebSocket frame accepted by default (TETHER_MAX_FRAME_BYTES). */
+export const DEFAULT_MAX_FRAME_BYTES = 1_048_576;
+/** Largest REST body accepted by default (TETHER_MAX_BODY_BYTES). */
+export const DEFAULT_MAX_BODY_BYTES = 10_485_760;
+
+/** Everything a Tether is built from. Nothing here is read from the environment. */
+export interface TetherOptions {
+  stores: Stores;
+  runtimes: RuntimeProvider;
+  /** The agent of every conversation, or a function choosing one per conversation. */
+  agent: Agent | ((conversationId: string) => Agent);
+  logger?: Logger;
+  limits?: Partial<SessionLimits>;
+  /** Time and ids, injected so that tests and benches can fix them. */
+  clock?: () => Date;
+  newId?: () => string;
+  commandTimeoutMs?: number;
+  /** HTTP and WebSocket settings; each has the documented default. */
+  server?: Partial<Omit<TetherServerOptions, 'manager' | 'logger'>>;
+}
+
+/** A built Tether: its session host and its HTTP + WebSocket server, not yet listening. */
+export interface Tether {
+  readonly manager: SessionManager;
+  readonly server: TetherServer;
+  /** Listens (0: any free port); a server handed in already listening keeps its port. */
+  listen(port: number, host: string): Promise<AddressInfo>;
+  /** Stops in order: server (clients closed with 1001), then sessions (passivated, runtimes stopped). */
+  close(): Promise<void>;
+}
+
+/**
+ * The one composition factory: builds the session host and the server from
+ * explicit dependencies. `tether serve` calls it after reading the
+ * configuration and connecting; tests and benches call it with their own.
+ */
+export function createTether(options: TetherOptions): Tether {
+  const logger = options.logger ?? silentLogger;
+  const { agent } = options;
+  const manager = new SessionManager({
+    ...options.stores,
+    runtimes: options.runtimes,
+    agentFor: typeof agent === 'function' ? agent : () => agent,
+    logger,
+    limits: options.limits,
+    clock: options.clock,
+    newId: options.newId,
+    commandTimeoutMs: options.commandTimeoutMs,
+  });
+  const server = tetherServer({
+    maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
+    maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
+    ...options.server,
+    manager,
+    logger,
+  });
+  return {
+    manager,
+    server,
+    listen: (port, host) => server.listen(port, host),
+    close: async () => {
+      await server.close();
+      await manager.shutdown();
+    },
+  };
+}
