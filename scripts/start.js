@@ -1,0 +1,16 @@
+#!/usr/bin/env node
+// `npm start`: everything a fresh checkout needs before `tether serve`, then the
+// compiled server. nats-server is installed (or explained) only when Tether must
+// start its own (no NATS_URL); dist/ is built only when missing or stale, so a
+// built checkout starts without TypeScript or tsx installed.
+import { buildIfStale } from './build.js';
+import { ensureNatsServer } from './nats-binary.js';
+
+try {
+  if (!process.env.NATS_URL) await ensureNatsServer({ log: (line) => console.error(line) });
+  buildIfStale();
+} catch (err) {
+  console.error(err instanceof Error ? err.message : String(err));
+  process.exit(1);
+}
+await import('../bin/tether.js');
