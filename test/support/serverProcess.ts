@@ -26,6 +26,8 @@ export interface StartServerOptions {
    * (a restart test starts a second server on it); otherwise a fresh temp dir is made and removed.
    */
   dataDir?: string;
+  /** Listen on this port (default: a free one, and another on a clash). */
+  port?: number;
 }
 
 export interface ServerProcess {
@@ -80,10 +82,10 @@ export async function startServer(options: StartServerOptions = {}): Promise<Ser
   let lastError: unknown;
   for (let attempt = 1; attempt <= START_ATTEMPTS; attempt++) {
     try {
-      return await startOnce(dataDir, ownsDataDir, options.env ?? {});
+      return await startOnce(dataDir, ownsDataDir, options.env ?? {}, options.port);
     } catch (err) {
       lastError = err;
-      if (!(err instanceof PortInUseError)) break;
+      if (!(err instanceof PortInUseError) || options.port !== undefined) break;
     }
   }
   if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
@@ -98,8 +100,9 @@ async function startOnce(
   dataDir: string,
   ownsDataDir: boolean,
   extraEnv: Record<string, string>,
+  fixedPort: number | undefined,
 ): Promise<ServerProcess> {
-  const port = await freePort();
+  const port = fixedPort ?? (await freePort());
   const env: NodeJS.ProcessEnv = { ...process.env, TETHER_LOG_LEVEL: 'warn', ...extraEnv };
   delete env.NATS_URL;
   Object.assign(env, { TETHER_PORT: String(port), TETHER_HOST: '127.0.0.1', TETHER_DATA_DIR: dataDir });
@@ -136,7 +139,7 @@ async function startOnce(
     if (ready === 'timeout') child.kill('SIGKILL');
     await exited;
     const text = stderrText;
-    if (/EADDRINUSE/.test(text)) throw new PortInUseError(`port ${port} was taken: ${text}`);
+    if (/EADDRINUSE|is in use/.test(text)) throw new PortInUseError(`port ${port} was taken: ${text}`);
     throw new Error(`tether did not become healthy on port ${port} (${ready}); stderr:\n${text}`);
   }
 
