@@ -231,9 +231,9 @@ export const sessionMachine = setup({
 }).createMachine({
   id: 'session',
   description: 'One conversation: its runtime and its agent loop, driven by stored events only.',
-  // xstate's pure `transition()` builds a throw-away actor without input for
-  // every call: give it a context instead of a TypeError (whose stack trace
-  // made up much of a fold's cost). Real actors always get an input.
+  // xstate's pure `transition()` and `initialTransition()` (the machine's tests
+  // use them) build a throw-away actor without input for every call: give it a
+  // context instead of a TypeError. Real actors, and so folds, always get an input.
   context: ({ input }) => ({
     ...(input ?? NO_INPUT),
     iterationBudget: (input ?? NO_INPUT).maxIterations,

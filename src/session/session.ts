@@ -61,9 +61,9 @@ export interface RestoredState {
 
 /**
  * One live conversation: an XState actor behind a mailbox. Every change goes
- * through `submit`: decide with the pure `transition()`, append to the log,
- * then apply to the actor. Effects run outside the mailbox and come back
- * through `submit` as events.
+ * through `submit`: decide (the machine's `snapshot.can()` accepts the event
+ * or refuses it), append to the log, then apply to the actor. Effects run
+ * outside the mailbox and come back through `submit` as events.
  */
 export class Session {
   readonly conversationId: string;
