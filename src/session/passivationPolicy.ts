@@ -26,8 +26,9 @@ export const TOO_MANY_CONVERSATIONS: StatusFrame = {
   type: 'status',
   level: 'error',
   id: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
+  // Nothing was paused: the conversation comes back in the state it left, and a running one goes on by itself.
   message:
-    'Too many conversations are running for this user: this one was paused and left memory. Send a message to resume it.',
+    'Too many conversations are running for this user: this one left memory. Its next action or connection brings it back where it was, and its task goes on.',
 };
 
 /**

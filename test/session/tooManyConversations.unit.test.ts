@@ -1,0 +1,63 @@
+import { describe, expect, it } from 'vitest';
+import type { Agent, AgentAction } from '../../src/agent/index.ts';
+import type { StatusFrame, StoredEvent } from '../../src/protocol/index.ts';
+import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
+import { SessionManager, TOO_MANY_CONVERSATIONS } from '../../src/session/index.ts';
+import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
+
+/** An agent that keeps thinking: a step ends only when its session stops it. */
+const thinkingAgent: Agent = {
+  step: ({ signal }) =>
+    new Promise<AgentAction>((_, reject) => signal?.addEventListener('abort', () => reject(new Error('aborted')))),
+};
+
+async function until(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  throw new Error(`never: ${what}`);
+}
+
+describe('too many running conversations for one user', () => {
+  it('tells the clients of the oldest that it left memory (not that it was paused), and it comes back running when next used', async () => {
+    const log = memoryEventLog();
+    const m = new SessionManager({
+      log,
+      conversations: memoryConversationStore(),
+      snapshots: memorySnapshotStore(),
+      runtimes: memoryRuntimeProvider(),
+      agentFor: () => thinkingAgent,
+      limits: { maxRunningPerUser: 1 },
+    });
+    const body = { confirmation_mode: false, max_iterations: 10, secrets: {}, initial_message: 'work' };
+    const events = async (id: string): Promise<StoredEvent[]> => (await log.read(id)).items.map((i) => i.event);
+    try {
+      const { conversation_id: oldest } = await m.create('local', body);
+      const frames: StatusFrame[] = [];
+      m.subscribe(oldest, { event: () => {}, status: (frame) => frames.push(frame) });
+      await until('the first conversation runs', async () => (await m.session(oldest, 'local')).state === 'running');
+
+      await m.create('local', body);
+      await until('the first conversation left memory', () => !m.isLive(oldest));
+      const told = frames.filter((f) => f.id === TOO_MANY_CONVERSATIONS.id);
+      expect(told).toHaveLength(1);
+      expect(told[0]!.message).toMatch(/left memory/);
+      expect(told[0]!.message).toMatch(/next action or connection brings it back where it was/);
+      expect(told[0]!.message).not.toMatch(/pause/i);
+      expect((await events(oldest)).at(-1)).toMatchObject({
+        type: 'session_passivated',
+        data: { reason: 'too_many_running', state: 'running' },
+      });
+
+      // What the message promises: a connection brings it back where it was, still running its task.
+      const back = await m.connect(oldest, 'local');
+      expect(back.state).toBe('running');
+      const after = await events(oldest);
+      expect(after.some((e) => e.type === 'session_rehydrated')).toBe(true);
+      expect(after.flatMap((e) => (e.type === 'agent_state_changed' ? [e.data.state] : []))).not.toContain('paused');
+    } finally {
+      await m.shutdown();
+    }
+  });
+});
