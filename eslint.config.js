@@ -14,7 +14,7 @@ const IMPURE = [
 const BARE_BUILTINS = ['fs', 'fs/promises', 'child_process', 'net', 'http', 'os', 'path', 'crypto', 'stream'];
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'coverage/', '.tether/', '.scratch/'] },
+  { ignores: ['dist/', 'dist-bench/', 'node_modules/', 'coverage/', '.tether/', '.scratch/'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

@@ -7,17 +7,10 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import { tetherServer } from '../src/server/index.ts';
-import { SessionManager } from '../src/session/index.ts';
-import {
-  ensureEventStream,
-  jetStreamEventLog,
-  kvConversationStore,
-  kvSnapshotStore,
-  subjectFor,
-  type NatsConnection,
-} from '../src/store/index.ts';
+import { createTether } from '../src/tether.ts';
+import { ensureEventStream, subjectFor, type NatsConnection } from '../src/store/index.ts';
 import { benchAuthenticate, http, USER_PARAM } from './benchHttp.ts';
+import { benchStores } from './benchStores.ts';
 import type { ClientFleet, ClientSpec, Frame, PacedTiming } from './clientFleet.ts';
 import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
 
@@ -124,27 +117,15 @@ export async function tetherAppendRun(
   tag: string,
   around: AroundTimed = (work) => work(),
 ): Promise<AppendRun> {
-  const stream = `BENCH_APPEND_${tag}`;
-  const buckets = [`bench_conversations_${tag}`, `bench_snapshots_${tag}`] as const;
-  const log = await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.append${tag}` });
-  const conversations = await kvConversationStore(nc, { bucket: buckets[0] });
-  const snapshots = await kvSnapshotStore(nc, { bucket: buckets[1] });
-  const manager = new SessionManager({
-    log,
-    conversations,
-    snapshots,
+  const { stores, dispose } = await benchStores(nc, 'append', tag);
+  const tether = createTether({
+    stores,
     runtimes: memoryRuntimeProvider(),
-    agentFor: () => (plan.userActionsOnly ? scriptedAgent({ delayMs: 10 * 60_000 }) : scriptedAgent()),
+    agent: plan.userActionsOnly ? scriptedAgent({ delayMs: 10 * 60_000 }) : scriptedAgent(),
     logger: silentLogger,
+    server: { authenticate: benchAuthenticate },
   });
-  const server = tetherServer({
-    manager,
-    logger: silentLogger,
-    maxFrameBytes: 1 << 20,
-    maxBodyBytes: 1 << 20,
-    authenticate: benchAuthenticate,
-  });
-  const address = await server.listen(0, '127.0.0.1');
+  const address = await tether.listen(0, '127.0.0.1');
   const base = `http://127.0.0.1:${address.port}`;
   try {
     const deadline = performance.now() + plan.timeoutMs;
@@ -206,11 +187,8 @@ export async function tetherAppendRun(
     };
   } finally {
     await fleet.close().catch(() => undefined);
-    await server.close();
-    await manager.shutdown();
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(stream).catch(() => false);
-    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
+    await tether.close();
+    await dispose();
   }
 }
 

@@ -3,6 +3,7 @@
 // baseline's), driven one command at a time over IPC.
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS, REPO_ROOT, benchFile } from './benchFiles.ts';
 import type { ClientSpec, FleetCommand, FleetReply, Frame, RoomSpec } from './clientProcess.ts';
 
 export type { ClientSpec, Frame, RoomSpec };
@@ -36,10 +37,10 @@ export class ClientFleet {
 
   /** Starts the client process (plain node with tsx, no server code loaded). */
   static start(): ClientFleet {
-    const child = fork(fileURLToPath(new URL('./clientProcess.ts', import.meta.url)), [], {
-      execArgv: ['--import', 'tsx'],
+    const child = fork(fileURLToPath(benchFile('clientProcess')), [], {
+      execArgv: [...NODE_FLAGS],
       // The repository root, so that `--import tsx` finds this checkout's tsx wherever the bench was started.
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      cwd: REPO_ROOT,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       serialization: 'advanced',
     });

@@ -8,15 +8,15 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { jetstreamManager } from '@nats-io/jetstream';
 import WebSocket from 'ws';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type LoggedEvent } from '../src/protocol/index.ts';
 import { localRuntimeProvider, type Runtime, type RuntimeProvider } from '../src/runtime/index.ts';
-import { tetherServer, type TetherServer } from '../src/server/index.ts';
-import { SessionManager } from '../src/session/index.ts';
-import { jetStreamEventLog, kvConversationStore, kvSnapshotStore, type NatsConnection } from '../src/store/index.ts';
+import type { SessionManager } from '../src/session/index.ts';
+import { jetStreamStores, type NatsConnection } from '../src/store/index.ts';
+import { createTether, type Tether } from '../src/tether.ts';
+import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 import { within } from './measure.ts';
 
 /** The user the HTTP API sees when no tokens are configured; the manager runs use the same. */
@@ -43,8 +43,7 @@ export interface ColdStartFixture {
  * conversation can be subscribed to before it is created.
  */
 export async function coldStartFixture(nc: NatsConnection, tag: string, timeoutMs: number): Promise<ColdStartFixture> {
-  const stream = `BENCH_COLD_${tag}`;
-  const buckets = [`bench_cold_conversations_${tag}`, `bench_cold_snapshots_${tag}`] as const;
+  const names = benchStoreNames('cold', tag);
   const dataDir = await mkdtemp(join(tmpdir(), 'tether-bench-cold-'));
   const runtimes: Runtime[] = [];
   const local = localRuntimeProvider({ workspaceRoot: join(dataDir, 'workspaces') });
@@ -55,32 +54,25 @@ export async function coldStartFixture(nc: NatsConnection, tag: string, timeoutM
       return runtime;
     },
   };
-  let manager: SessionManager | undefined;
-  let server: TetherServer | undefined;
+  let tether: Tether | undefined;
   const drop = async () => {
-    await server?.close();
-    await manager?.shutdown();
+    await tether?.close();
     await Promise.allSettled(runtimes.map((r) => r.stop()));
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(stream).catch(() => false);
-    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
+    await deleteBenchStores(nc, names);
     await rm(dataDir, { recursive: true, force: true });
   };
   try {
     const ids = { next: '' };
-    manager = new SessionManager({
-      log: await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.cold${tag}` }),
-      conversations: await kvConversationStore(nc, { bucket: buckets[0] }),
-      snapshots: await kvSnapshotStore(nc, { bucket: buckets[1] }),
+    tether = createTether({
+      stores: await jetStreamStores(nc, names),
       runtimes: tracked,
-      agentFor: () => scriptedAgent(),
+      agent: scriptedAgent(),
       logger: silentLogger,
       newId: () => ids.next,
     });
-    server = tetherServer({ manager, logger: silentLogger, maxFrameBytes: 1 << 20, maxBodyBytes: 1 << 20 });
-    const address = await server.listen(0, '127.0.0.1');
+    const address = await tether.listen(0, '127.0.0.1');
     return {
-      manager,
+      manager: tether.manager,
       dataDir,
       baseUrl: `http://127.0.0.1:${address.port}`,
       wsUrl: `ws://127.0.0.1:${address.port}`,

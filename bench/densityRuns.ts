@@ -5,7 +5,8 @@ import type { BareWsProtocol, ServerMemory } from './bareWsServer.ts';
 import type { ClientsProtocol, ClientsStatus } from './densityClients.ts';
 import { USER_PARAM, type Created, type DensityProtocol, type TetherMemory } from './densityServer.ts';
 import { perThing, type HeapKind } from './densitySnapshot.ts';
-import { BenchChild, HEAP_NODE_FLAGS, PLAIN_NODE_FLAGS, benchUser } from './heapBench.ts';
+import { GC_NODE_FLAGS, NODE_FLAGS, benchFile } from './benchFiles.ts';
+import { BenchChild, benchUser } from './heapBench.ts';
 import { fmt, progress } from './measure.ts';
 
 /**
@@ -20,7 +21,7 @@ export const SAMPLE = 20;
 export type Clients = BenchChild<ClientsProtocol>;
 
 export function startClients(name = 'the density clients'): Clients {
-  return new BenchChild(new URL('./densityClients.ts', import.meta.url), name, PLAIN_NODE_FLAGS);
+  return new BenchChild(benchFile('densityClients'), name, NODE_FLAGS);
 }
 
 export interface BareRun {
@@ -60,11 +61,7 @@ function expect(what: string, got: number, want: number): void {
 
 /** The bare ws baseline: warm-up connections opened and closed, empty reading, n idle connections, reading. */
 export async function bareRun(clients: Clients, { n, timeoutMs, snapshots }: RunOptions): Promise<BareRun> {
-  const server = new BenchChild<BareWsProtocol>(
-    new URL('./bareWsServer.ts', import.meta.url),
-    'the bare ws server',
-    HEAP_NODE_FLAGS,
-  );
+  const server = new BenchChild<BareWsProtocol>(benchFile('bareWsServer'), 'the bare ws server', GC_NODE_FLAGS);
   const connect = (url: string, count: number) =>
     clients.ask('connect', { urls: Array.from({ length: count }, () => url), sync: false }, timeoutMs);
   try {
@@ -145,11 +142,7 @@ export async function tetherRun(
   tag: string,
   { n, timeoutMs, snapshots }: RunOptions,
 ): Promise<TetherRun> {
-  const server: TetherServerChild = new BenchChild(
-    new URL('./densityServer.ts', import.meta.url),
-    'the density server',
-    HEAP_NODE_FLAGS,
-  );
+  const server: TetherServerChild = new BenchChild(benchFile('densityServer'), 'the density server', GC_NODE_FLAGS);
   try {
     const { port } = await server.ask('start', { natsUrl, tag }, timeoutMs);
     await warmUp(server, clients, port, n, timeoutMs);

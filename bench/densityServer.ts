@@ -4,19 +4,18 @@
 // holds the server and nothing of the bench. densityRuns.ts drives it over IPC.
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { silentLogger } from '../src/logger.ts';
-import { tetherServer, type TetherServer } from '../src/server/index.ts';
+import type { TetherServer } from '../src/server/index.ts';
 import { connectNats, type NatsConnection } from '../src/store/index.ts';
 import type { ServerMemory } from './bareWsServer.ts';
 import { heapByKind, type HeapKind } from './densitySnapshot.ts';
 import {
   answerCommands,
-  benchSessions,
+  benchTether,
   benchUser,
   createStarted,
   memoryNow,
   passivateAll,
-  type BenchSessions,
+  type BenchTether,
 } from './heapBench.ts';
 
 /** The conversation `first + i` belongs to user benchUser(first + i); a client names its user with `?bench_user=`. */
@@ -48,10 +47,10 @@ const authenticate = async (_req: IncomingMessage, url: URL): Promise<string> =>
   url.searchParams.get(USER_PARAM) ?? 'local';
 
 let nc: NatsConnection | null = null;
-let sessions: BenchSessions | null = null;
+let sessions: BenchTether | null = null;
 let server: TetherServer | null = null;
 
-function started(): { sessions: BenchSessions; server: TetherServer } {
+function started(): { sessions: BenchTether; server: TetherServer } {
   if (!sessions || !server) throw new Error('the density server is not started');
   return { sessions, server };
 }
@@ -59,18 +58,12 @@ function started(): { sessions: BenchSessions; server: TetherServer } {
 answerCommands<DensityProtocol>({
   start: async ({ natsUrl, tag }) => {
     nc = await connectNats(natsUrl, { name: 'tether-bench-density' });
-    sessions = await benchSessions(nc, 'density', tag);
-    server = tetherServer({
-      manager: sessions.manager,
-      logger: silentLogger,
-      maxFrameBytes: 1 << 20,
-      maxBodyBytes: 1 << 20,
-      authenticate,
-    });
-    return { port: (await server.listen(0, '127.0.0.1')).port };
+    sessions = await benchTether(nc, 'density', tag, { authenticate });
+    server = sessions.tether.server;
+    return { port: (await sessions.tether.listen(0, '127.0.0.1')).port };
   },
   create: async ({ count, first }) => {
-    const { manager } = started().sessions;
+    const { manager } = started().sessions.tether;
     const t0 = performance.now();
     const ids = await createStarted(manager, count, first);
     const ms = performance.now() - t0;
@@ -81,24 +74,22 @@ answerCommands<DensityProtocol>({
   },
   measure: async () => {
     const { sessions, server } = started();
-    return { ...(await memoryNow()), connections: server.ws.clientCount, liveCount: sessions.manager.liveCount };
+    return { ...(await memoryNow()), connections: server.ws.clientCount, liveCount: sessions.tether.manager.liveCount };
   },
   passivate: async ({ ids }) => {
     const t0 = performance.now();
     // The call the passivation policy makes for an idle session (connections or not).
-    await passivateAll(started().sessions.manager, ids, 'idle');
+    await passivateAll(started().sessions.tether.manager, ids, 'idle');
     return { ms: performance.now() - t0 };
   },
   delete: async ({ ids, first }) => {
-    const { manager } = started().sessions;
+    const { manager } = started().sessions.tether;
     for (const [i, id] of ids.entries()) await manager.delete(id, benchUser(first + i));
     return null;
   },
   heapByKind,
   close: async () => {
     try {
-      await server?.close();
-      await sessions?.manager.shutdown();
       await sessions?.dispose();
     } finally {
       await nc?.close();

@@ -7,20 +7,19 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { getHeapSpaceStatistics } from 'node:v8';
-import { jetstreamManager } from '@nats-io/jetstream';
 import pLimit from 'p-limit';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type PassivationReason } from '../src/protocol/index.ts';
 import type { RuntimeProvider } from '../src/runtime/index.ts';
 import { MemoryRuntime, echoHandler } from '../src/runtime/memoryRuntime.ts';
-import { SessionManager } from '../src/session/index.ts';
-import { jetStreamEventLog, kvConversationStore, kvSnapshotStore, type NatsConnection } from '../src/store/index.ts';
+import type { SessionManager } from '../src/session/index.ts';
+import type { NatsConnection } from '../src/store/index.ts';
+import { createTether, type Tether, type TetherOptions } from '../src/tether.ts';
+import { benchStores } from './benchStores.ts';
 import type { HeapProtocol, HeapReport, HeapRequest } from './heapProcess.ts';
+import { GC_NODE_FLAGS, REPO_ROOT, benchFile } from './benchFiles.ts';
 import { within } from './measure.ts';
-
-export const HEAP_NODE_FLAGS = ['--expose-gc', '--import', 'tsx'] as const;
-export const PLAIN_NODE_FLAGS = ['--import', 'tsx'] as const;
 
 /** What a child process answers to: for each command, its arguments and its reply. */
 export type Protocol = Record<string, { args: object; reply: unknown }>;
@@ -43,7 +42,7 @@ export class BenchChild<P extends Protocol> {
     this.#child = fork(fileURLToPath(file), [], {
       execArgv: [...execArgv],
       // The repository root, so that `--import tsx` finds this checkout's tsx wherever the bench was started.
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      cwd: REPO_ROOT,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       serialization: 'advanced',
     });
@@ -112,11 +111,7 @@ export function answerCommands<P extends Protocol>(handlers: {
 
 /** Rows (e, e2): heapProcess.ts's measurement in a process of its own. */
 export async function heapRun(request: HeapRequest, timeoutMs: number): Promise<HeapReport> {
-  const child = new BenchChild<HeapProtocol>(
-    new URL('./heapProcess.ts', import.meta.url),
-    'the heap process',
-    HEAP_NODE_FLAGS,
-  );
+  const child = new BenchChild<HeapProtocol>(benchFile('heapProcess'), 'the heap process', GC_NODE_FLAGS);
   try {
     return await child.ask('measure', request, timeoutMs, 'the heap measurement');
   } finally {
@@ -174,39 +169,39 @@ export async function memoryNow(): Promise<MemoryReading> {
 /** Like memoryRuntimeProvider, but keeps no list of what it made: the bench must not hold sessions' runtimes. */
 const untrackedRuntimes: RuntimeProvider = { create: (id, options) => new MemoryRuntime(id, echoHandler, options) };
 
-export interface BenchSessions {
-  manager: SessionManager;
-  /** Deletes the stream and buckets (the manager must be shut down first). */
+export interface BenchTether {
+  tether: Tether;
+  /** Closes the Tether, then deletes its stream and buckets. */
   dispose: () => Promise<void>;
 }
 
 /**
- * A SessionManager as the memory measurements use it: the JetStream event log
- * and KV conversation and snapshot stores on names of its own (`name` and the
- * run's tag), scripted agent, in-memory runtimes, default limits, silent logger.
+ * A Tether as the memory measurements use it (not listening until asked): the
+ * JetStream event log and KV conversation and snapshot stores on names of its
+ * own (`name` and the run's tag), scripted agent, in-memory runtimes, default
+ * limits, silent logger.
  */
-export async function benchSessions(nc: NatsConnection, name: string, tag: string): Promise<BenchSessions> {
-  const stream = `BENCH_${name.toUpperCase()}_${tag}`;
-  const buckets = [`bench_${name}_conversations_${tag}`, `bench_${name}_snapshots_${tag}`] as const;
-  const dispose = async () => {
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(stream).catch(() => false);
-    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
+export async function benchTether(
+  nc: NatsConnection,
+  name: string,
+  tag: string,
+  server?: TetherOptions['server'],
+): Promise<BenchTether> {
+  const { stores, dispose } = await benchStores(nc, name, tag);
+  const tether = createTether({
+    stores,
+    runtimes: untrackedRuntimes,
+    agent: scriptedAgent(),
+    logger: silentLogger,
+    server,
+  });
+  return {
+    tether,
+    dispose: async () => {
+      await tether.close();
+      await dispose();
+    },
   };
-  try {
-    const manager = new SessionManager({
-      log: await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.${name}${tag}` }),
-      conversations: await kvConversationStore(nc, { bucket: buckets[0] }),
-      snapshots: await kvSnapshotStore(nc, { bucket: buckets[1] }),
-      runtimes: untrackedRuntimes,
-      agentFor: () => scriptedAgent(),
-      logger: silentLogger,
-    });
-    return { manager, dispose };
-  } catch (err) {
-    await dispose();
-    throw err;
-  }
 }
 
 /** The user of the i-th conversation: one user each, so the per-user running limit stays at its default. */

@@ -6,7 +6,7 @@ import { createActor } from 'xstate';
 import { inputFrom, sessionMachine } from '../machines/index.ts';
 import { EVENT_VERSION, StoredEvent } from '../src/protocol/index.ts';
 import { connectNats } from '../src/store/index.ts';
-import { answerCommands, benchSessions, createStarted, heapUsed, passivateAll } from './heapBench.ts';
+import { answerCommands, benchTether, createStarted, heapUsed, passivateAll } from './heapBench.ts';
 
 export interface HeapRequest {
   natsUrl: string;
@@ -67,7 +67,8 @@ async function measure(request: HeapRequest): Promise<HeapReport> {
   const { natsUrl, sessions, tag } = request;
   const nc = await connectNats(natsUrl, { name: 'tether-bench-heap' });
   try {
-    const { manager, dispose } = await benchSessions(nc, 'heap', tag);
+    const { tether, dispose } = await benchTether(nc, 'heap', tag);
+    const { manager } = tether;
     let measured: Omit<HeapReport, 'bareActorBytes' | 'machineCopyBytes'>;
     try {
       const emptyBytes = await heapUsed();
@@ -92,7 +93,6 @@ async function measure(request: HeapRequest): Promise<HeapReport> {
         passivateMs,
       };
     } finally {
-      await manager.shutdown();
       await dispose();
     }
     return { ...measured, ...(await references()) };

@@ -8,7 +8,9 @@ import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type LoggedEvent } from '../src/protocol/index.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import { loadSessionState, SessionManager, type LoadedState } from '../src/session/index.ts';
+import { loadSessionState, type SessionManager, type LoadedState } from '../src/session/index.ts';
+import { createTether } from '../src/tether.ts';
+import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 import {
   jetStreamEventLog,
   kvConversationStore,
@@ -56,23 +58,22 @@ export async function rehydrateFixture(
   tag: string,
   timeoutMs: number,
 ): Promise<RehydrateFixture> {
-  const stream = `BENCH_REHYDRATE_${tag}`;
-  const buckets = [`bench_rh_conversations_${tag}`, `bench_rh_snapshots_${tag}`] as const;
-  const log = await jetStreamEventLog(nc, { stream, subjectPrefix: `bench.rehydrate${tag}` });
-  const snapshots = await kvSnapshotStore(nc, { bucket: buckets[1] });
-  const manager = new SessionManager({
-    log,
-    conversations: await kvConversationStore(nc, { bucket: buckets[0] }),
-    snapshots,
+  const names = benchStoreNames('rehydrate', tag);
+  const { stream } = names;
+  // The concrete stores: the baseline reads the same stream and bucket raw.
+  const log = await jetStreamEventLog(nc, names);
+  const snapshots = await kvSnapshotStore(nc, { bucket: names.snapshotBucket });
+  const conversations = await kvConversationStore(nc, { bucket: names.conversationBucket });
+  const tether = createTether({
+    stores: { log, conversations, snapshots },
     runtimes: memoryRuntimeProvider(),
-    agentFor: () => scriptedAgent(),
+    agent: scriptedAgent(),
     logger: silentLogger,
   });
+  const { manager } = tether;
   const drop = async () => {
-    await manager.shutdown();
-    const jsm = await jetstreamManager(nc);
-    await jsm.streams.delete(stream).catch(() => false);
-    for (const bucket of buckets) await jsm.streams.delete(`KV_${bucket}`).catch(() => false);
+    await tether.close();
+    await deleteBenchStores(nc, names);
   };
   try {
     const t0 = performance.now();
@@ -96,7 +97,7 @@ export async function rehydrateFixture(
       count,
       drop: async () => {},
     };
-    const rawKv = await new Kvm(rawNc).open(buckets[1]);
+    const rawKv = await new Kvm(rawNc).open(names.snapshotBucket);
     const rawJsm = await jetstreamManager(rawNc);
     return { manager, log, snapshots, conversationId, events: count, buildMs, raw, rawKv, rawJsm, drop };
   } catch (err) {

@@ -3,6 +3,7 @@
 // time over IPC.
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { NODE_FLAGS, REPO_ROOT, benchFile } from './benchFiles.ts';
 import type { Frame, ResumeCommand, ResumeReply } from './resumeProcess.ts';
 
 export type { Frame };
@@ -31,10 +32,10 @@ export class ResumeClients {
 
   /** Starts the client process (plain node with tsx, no server code loaded). */
   static start(): ResumeClients {
-    const child = fork(fileURLToPath(new URL('./resumeProcess.ts', import.meta.url)), [], {
-      execArgv: ['--import', 'tsx'],
+    const child = fork(fileURLToPath(benchFile('resumeProcess')), [], {
+      execArgv: [...NODE_FLAGS],
       // The repository root, so that `--import tsx` finds this checkout's tsx wherever the bench was started.
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      cwd: REPO_ROOT,
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       serialization: 'advanced',
     });

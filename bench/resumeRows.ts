@@ -2,7 +2,6 @@
 // catches up, after a drop and across a server restart, against Socket.IO
 // connection state recovery.
 import { createRequire } from 'node:module';
-import { jetstreamManager } from '@nats-io/jetstream';
 import type { BenchContext, Measured } from './benchContext.ts';
 import { busyMachine, fmt, median, noiseNote, repeat, type Repetitions } from './measure.ts';
 import { onStack, profileSection, type Bucket } from './profile.ts';
@@ -10,7 +9,8 @@ import type { ProfileSection, Row } from './report.ts';
 import { ResumeClients } from './resumeClients.ts';
 import { socketIoResumeRun, type SocketIoResumeRun } from './resumeSocketIo.ts';
 import { tetherResumeRun, type ResumePlan, type TetherResumeRun } from './resumeTether.ts';
-import { TetherHost, type TetherStoreNames } from './resumeTetherHost.ts';
+import { TetherHost } from './resumeTetherHost.ts';
+import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 
 const EVENTS = 1_000;
 const versionOf = (pkg: string) =>
@@ -54,12 +54,7 @@ export async function measureResume(ctx: BenchContext, forceProfile: boolean): P
   const reps: Record<'drop' | 'restart', Repetitions> = ctx.quick
     ? { drop: { warmups: 1, runs: 3 }, restart: { warmups: 1, runs: 2 } }
     : { drop: { warmups: 2, runs: 9 }, restart: { warmups: 1, runs: 5 } };
-  const names: TetherStoreNames = {
-    stream: `BENCH_RESUME_${ctx.runId}`,
-    subjectPrefix: `bench.resume${ctx.runId}`,
-    conversations: `bench_resume_conversations_${ctx.runId}`,
-    snapshots: `bench_resume_snapshots_${ctx.runId}`,
-  };
+  const names = benchStoreNames('resume', ctx.runId);
   const clients = ResumeClients.start();
   let host: TetherHost | undefined;
   try {
@@ -124,9 +119,7 @@ export async function measureResume(ctx: BenchContext, forceProfile: boolean): P
     await clients.close().catch(() => undefined);
     clients.stop();
     await host?.stop().catch(() => undefined);
-    const jsm = await jetstreamManager(ctx.nc);
-    for (const stream of [names.stream, `KV_${names.conversations}`, `KV_${names.snapshots}`])
-      await jsm.streams.delete(stream).catch(() => false);
+    await deleteBenchStores(ctx.nc, names);
   }
 }
 

@@ -6,18 +6,11 @@ import { performance } from 'node:perf_hooks';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import { tetherServer } from '../src/server/index.ts';
-import { SessionManager } from '../src/session/index.ts';
-import { connectNats, jetStreamEventLog, kvConversationStore, kvSnapshotStore } from '../src/store/index.ts';
+import type { SessionManager } from '../src/session/index.ts';
+import { connectNats, jetStreamStores } from '../src/store/index.ts';
+import { createTether } from '../src/tether.ts';
 import { benchAuthenticate, http } from './benchHttp.ts';
-
-/** Where one bench's Tether keeps its events: fresh names per run of the bench. */
-export interface TetherStoreNames {
-  stream: string;
-  subjectPrefix: string;
-  conversations: string;
-  snapshots: string;
-}
+import type { BenchStoreNames as TetherStoreNames } from './benchStores.ts';
 
 /** One Tether server as `tether serve` runs it: its own NATS connection, stores, session manager and listener. */
 export interface TetherInstance {
@@ -31,34 +24,24 @@ export interface TetherInstance {
 /** Starts a Tether server on `port` (0: any free one) over the named stream and buckets. */
 async function startTether(natsUrl: string, names: TetherStoreNames, port = 0): Promise<TetherInstance> {
   const nc = await connectNats(natsUrl, { name: 'tether-bench-resume' });
-  const log = await jetStreamEventLog(nc, { stream: names.stream, subjectPrefix: names.subjectPrefix });
-  const manager = new SessionManager({
-    log,
-    conversations: await kvConversationStore(nc, { bucket: names.conversations }),
-    snapshots: await kvSnapshotStore(nc, { bucket: names.snapshots }),
+  const tether = createTether({
+    stores: await jetStreamStores(nc, names),
     runtimes: memoryRuntimeProvider(),
     // The agent thinks for 10 minutes after a message: every further user message is stored as exactly one event.
-    agentFor: () => scriptedAgent({ delayMs: 10 * 60_000 }),
+    agent: scriptedAgent({ delayMs: 10 * 60_000 }),
     logger: silentLogger,
+    server: { authenticate: benchAuthenticate },
   });
-  const server = tetherServer({
-    manager,
-    logger: silentLogger,
-    maxFrameBytes: 1 << 20,
-    maxBodyBytes: 1 << 20,
-    authenticate: benchAuthenticate,
-  });
-  const address = await server.listen(port, '127.0.0.1');
+  const address = await tether.listen(port, '127.0.0.1');
   // As serve does after listening: conversations that were mid-task come back by themselves.
-  const recovering = manager.recover().catch(() => 0);
+  const recovering = tether.manager.recover().catch(() => 0);
   return {
     port: address.port,
     base: `http://127.0.0.1:${address.port}`,
-    manager,
+    manager: tether.manager,
     stop: async () => {
       await recovering;
-      await server.close();
-      await manager.shutdown();
+      await tether.close();
       await nc.drain();
     },
   };

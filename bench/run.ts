@@ -14,6 +14,7 @@ import { performance } from 'node:perf_hooks';
 import { ensureNatsServer } from '../scripts/nats-binary.js';
 import { connectNats, startEmbeddedNats, type EmbeddedNats, type NatsConnection } from '../src/store/index.ts';
 import { measureAppend } from './appendRows.ts';
+import { CODE_KIND, RESULTS_FILE } from './benchFiles.ts';
 import type { BenchContext, Measure } from './benchContext.ts';
 import { measureColdStart } from './coldStartRows.ts';
 import { measureDensity } from './densityRows.ts';
@@ -119,6 +120,7 @@ async function main(): Promise<void> {
       command: commandLine(),
       durationS: 0,
       settings: [
+        `Code under test: ${CODE_KIND}, in the bench's process and in every child process.`,
         ...ctx.settings,
         'Fresh stream and bucket names for every run; one nats-server on a temporary directory, removed afterwards.',
       ],
@@ -134,7 +136,7 @@ async function main(): Promise<void> {
     };
     report.durationS = (performance.now() - started) / 1000;
     const where = only ? 'not written to bench/RESULTS.md (--only)' : 'written to bench/RESULTS.md';
-    if (!only) await writeFile(new URL('./RESULTS.md', import.meta.url), renderMarkdown(report));
+    if (!only) await writeFile(RESULTS_FILE, renderMarkdown(report));
     process.stdout.write(
       `\n${tableLines(rows).join('\n')}\n\n${report.command}: ${report.durationS.toFixed(0)} s; ${where}\n`,
     );
