@@ -1,16 +1,27 @@
 # Tether from this repository. NATS comes from docker-compose.yml (NATS_URL).
+
+# Build stage: the dev dependencies (TypeScript) compile src/ and machines/ to dist/.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-fund --no-audit
+COPY tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
+COPY machines ./machines
+COPY src ./src
+RUN node scripts/build.js
+
+# Run stage: production dependencies and the compiled JavaScript only; no compiler at run time.
 FROM node:20-bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends bash ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+ENV NODE_ENV=production
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-fund --no-audit
 COPY bin ./bin
-COPY machines ./machines
-COPY scripts ./scripts
-COPY src ./src
-COPY tsconfig.json ./
+COPY --from=build /app/dist ./dist
 ENV TETHER_HOST=0.0.0.0 \
     TETHER_PORT=3000 \
     TETHER_DATA_DIR=/data
