@@ -1,0 +1,50 @@
+import { spawn } from 'node:child_process';
+import { createServer, type Server } from 'node:net';
+import { rm } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { makeDataDir } from '../support/serverProcess.ts';
+
+const BIN = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'bin', 'tether.js');
+const dataDirs: string[] = [];
+afterAll(() => Promise.all(dataDirs.map((d) => rm(d, { recursive: true, force: true }))));
+
+/** Runs `tether serve` until it exits by itself (bounded), with its exit code and stderr. */
+async function serveUntilExit(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  const dataDir = await makeDataDir();
+  dataDirs.push(dataDir);
+  const child = spawn(process.execPath, [BIN, 'serve'], {
+    env: { ...process.env, NATS_URL: '', TETHER_HOST: '127.0.0.1', TETHER_DATA_DIR: dataDir, ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+  const code = await new Promise<number | null>((done) => child.once('exit', done));
+  clearTimeout(timer);
+  return { code, stderr };
+}
+
+describe('tether serve that cannot start', () => {
+  it('says how to install nats-server when the binary is missing, and exits 1 (it installs nothing itself)', async () => {
+    const { code, stderr } = await serveUntilExit({ TETHER_PORT: '0', NATS_SERVER_BIN: '/nonexistent/nats-server' });
+    expect(code).toBe(1);
+    expect(stderr).toContain('NATS_SERVER_BIN=/nonexistent/nats-server is not an executable file');
+    expect(stderr).toContain('apt-get install nats-server');
+  });
+
+  it('names the port and the variable when its port is taken, and exits 1 before starting nats-server', async () => {
+    const holder: Server = createServer();
+    await new Promise<void>((done) => holder.listen(0, '127.0.0.1', done));
+    const port = (holder.address() as { port: number }).port;
+    try {
+      const { code, stderr } = await serveUntilExit({ TETHER_PORT: String(port) });
+      expect(code).toBe(1);
+      expect(stderr).toContain(`listening on 127.0.0.1:${port} is in use (EADDRINUSE): set TETHER_PORT or TETHER_HOST`);
+      expect(stderr).not.toContain('embedded nats-server started');
+    } finally {
+      holder.close();
+    }
+  });
+});
