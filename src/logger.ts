@@ -1,5 +1,12 @@
-/** Structured, one JSON object a line. Never give it secrets: see `maskSecrets`. */
+/** Structured, one JSON object a line. Never give it secrets: see `maskingLogger` (src/session/secretMasker.ts). */
 export interface Logger {
+  /**
+   * True when debug lines are written. Check it before building a debug
+   * line's fields on a hot path, so other levels pay nothing for them.
+   */
+  readonly isDebug: boolean;
+  /** What a developer needs to follow a session step by step (decisions, appends, effects). */
+  debug(message: string, fields?: Record<string, unknown>): void;
   info(message: string, fields?: Record<string, unknown>): void;
   warn(message: string, fields?: Record<string, unknown>): void;
   error(message: string, fields?: Record<string, unknown>): void;
@@ -13,18 +20,20 @@ export function jsonLogger(
   level: LogLevel = 'info',
   write: (line: string) => void = (l) => process.stderr.write(l),
 ): Logger {
-  const emit = (lvl: Exclude<LogLevel, 'silent' | 'debug'>, message: string, fields?: Record<string, unknown>) => {
+  const emit = (lvl: Exclude<LogLevel, 'silent'>, message: string, fields?: Record<string, unknown>) => {
     if (ORDER[lvl] < ORDER[level]) return;
     write(`${JSON.stringify({ ts: new Date().toISOString(), level: lvl, msg: message, ...fields })}\n`);
   };
   return {
+    isDebug: level === 'debug',
+    debug: (m, f) => emit('debug', m, f),
     info: (m, f) => emit('info', m, f),
     warn: (m, f) => emit('warn', m, f),
     error: (m, f) => emit('error', m, f),
   };
 }
 
-export const silentLogger: Logger = { info() {}, warn() {}, error() {} };
+export const silentLogger: Logger = { isDebug: false, debug() {}, info() {}, warn() {}, error() {} };
 
 export function errorFields(err: unknown): { error: string; code?: unknown } {
   if (err instanceof Error) return { error: err.message, code: (err as { code?: unknown }).code };

@@ -36,6 +36,13 @@ export function maskingLogger(base: Logger, secrets: () => Iterable<Record<strin
     return values.length === 0 ? fields : secretMasker(values)(fields);
   };
   return {
+    get isDebug() {
+      return base.isDebug;
+    },
+    // Masking costs a pass over the fields: only for lines that are written.
+    debug: (m, f) => {
+      if (base.isDebug) base.debug(m, masked(f));
+    },
     info: (m, f) => base.info(m, masked(f)),
     warn: (m, f) => base.warn(m, masked(f)),
     error: (m, f) => base.error(m, masked(f)),

@@ -8,7 +8,7 @@ import {
   type SessionMachine,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import { errorFields } from '../logger.ts';
+import { errorFields, type Logger } from '../logger.ts';
 import type { AgentState, NewEvent, PassivationReason, RuntimeStatus, StoredEvent } from '../protocol/index.ts';
 import { EVENT_VERSION, eventBytes } from '../protocol/index.ts';
 import { VersionConflictError, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
@@ -26,7 +26,8 @@ const effectsOf = new WeakMap<AnyActorRef, SessionEffects>();
 
 const hostedMachine = sessionMachine.provide({
   actions: {
-    startRuntime: ({ self }) => effectsOf.get(self)?.startRuntime(),
+    // `starting` is entered only by the initial transition: the creation record (id 0) asks for the first runtime.
+    startRuntime: ({ self }) => effectsOf.get(self)?.startRuntime(0),
     askAgent: ({ self, context }) => effectsOf.get(self)?.askAgent(context),
     runCommand: ({ self, context }) => effectsOf.get(self)?.runCommand(context),
   },
@@ -199,7 +200,7 @@ export class Session {
   async passivate(reason: PassivationReason): Promise<void> {
     await this.#waitForStart();
     if (this.#closed !== null) return;
-    await this.#effects.stop();
+    await this.#effects.stop(`passivated (${reason})`);
     await this.#mailboxed(async () => {
       const snapshot = this.#actor?.getSnapshot();
       const pending = snapshot?.context.pendingCommand;
@@ -225,7 +226,7 @@ export class Session {
     this.#deadline.clear();
     await this.#mailbox;
     this.#actor?.stop();
-    await this.#effects.stop();
+    await this.#effects.stop(reason);
   }
 
   async #apply(proposal: NewEvent, msgId?: string): Promise<SubmitResult> {
@@ -237,7 +238,15 @@ export class Session {
     if (machineEvent && before && !before.can(machineEvent)) {
       const duplicate = msgId === undefined ? null : await this.#probeDuplicate(input, msgId);
       if (duplicate) return duplicate;
-      throw new IllegalTransitionError(describeEvent(machineEvent), agentStateOf(before));
+      const refusal = new IllegalTransitionError(describeEvent(machineEvent), agentStateOf(before));
+      this.#debugLog?.debug('refused', {
+        conversation_id: this.conversationId,
+        input: `${input.source} ${input.type}`,
+        machine_event: machineEvent.type,
+        state: agentStateOf(before),
+        reason: refusal.message,
+      });
+      throw refusal;
     }
     const first = await this.#append(input, msgId);
     if (first.duplicate) return first;
@@ -252,6 +261,14 @@ export class Session {
     // The state fact is derived: it records where the stored event led, right
     // after it and before any effect's result (effects run after this job).
     const fact = before && after ? stateFact(before, after) : null;
+    this.#debugLog?.debug('decided', {
+      conversation_id: this.conversationId,
+      input: `${input.source} ${input.type}`,
+      machine_event: machineEvent?.type ?? null,
+      from: before ? agentStateOf(before) : 'loading',
+      to: this.state,
+      events: fact ? [input.type, fact.type] : [input.type],
+    });
     if (fact) {
       await this.#append(this.#stamp({ ...fact, cause: input.id }, this.#nextEventId));
       this.#maybeSnapshot();
@@ -282,6 +299,12 @@ export class Session {
   async #append(event: StoredEvent, msgId?: string): Promise<SubmitResult> {
     try {
       const result = await this.#deps.log.append(event, { expectedLastSeq: this.#lastSeq, msgId });
+      this.#debugLog?.debug(result.duplicate ? 'append was a duplicate: stored once already' : 'appended', {
+        conversation_id: this.conversationId,
+        event_id: event.id,
+        type: event.type,
+        seq: result.seq,
+      });
       if (result.duplicate) return result;
       this.#lastSeq = result.seq;
       this.#nextEventId = event.id + 1;
@@ -315,6 +338,13 @@ export class Session {
   async #probeDuplicate(event: StoredEvent, msgId: string): Promise<SubmitResult | null> {
     try {
       const result = await this.#deps.log.append(event, { expectedLastSeq: Number.MAX_SAFE_INTEGER, msgId });
+      if (result.duplicate) {
+        this.#debugLog?.debug('a retried action was stored once already', {
+          conversation_id: this.conversationId,
+          type: event.type,
+          seq: result.seq,
+        });
+      }
       return result.duplicate ? result : null;
     } catch (err) {
       if (err instanceof VersionConflictError) return null;
@@ -377,6 +407,11 @@ export class Session {
   #host(actor: Actor<SessionMachine>): Actor<SessionMachine> {
     effectsOf.set(actor, this.#effects);
     return actor.start();
+  }
+
+  /** The logger when it writes debug lines: `this.#debugLog?.debug(m, {...})` builds no fields otherwise. */
+  get #debugLog(): Logger | undefined {
+    return this.#deps.logger.isDebug ? this.#deps.logger : undefined;
   }
 
   #markClosed(reason: string): void {

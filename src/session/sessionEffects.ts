@@ -79,21 +79,24 @@ export class SessionEffects {
     this.#deps = deps;
   }
 
-  /** The machine's `startRuntime` action. Each action only schedules work. */
-  startRuntime(): void {
-    this.#spawn(() => this.#ensureRuntime());
+  /** The machine's `startRuntime` action, asked for by event `cause`. Each action only schedules work. */
+  startRuntime(cause: number): void {
+    this.#spawn(() => this.#ensureRuntime(cause));
   }
 
   /** The machine's `askAgent` action. */
   askAgent(context: SessionSnapshot['context']): void {
     const cause = context.stepCause;
-    if (cause !== null) this.#spawn(() => this.#askAgent(cause));
+    if (cause !== null) this.#spawn(() => this.#effect('agent step', cause, () => this.#askAgent(cause)));
   }
 
   /** The machine's `runCommand` action. */
   runCommand(context: SessionSnapshot['context']): void {
     const pending = context.pendingCommand;
-    if (pending) this.#spawn(() => this.#runCommand(pending.eventId, pending.command));
+    if (pending) {
+      const { eventId, command } = pending;
+      this.#spawn(() => this.#effect('command', eventId, () => this.#runCommand(eventId, command)));
+    }
   }
 
   /**
@@ -101,10 +104,10 @@ export class SessionEffects {
    * running when the process died is reported as interrupted, never run twice.
    */
   resume(snapshot: SessionSnapshot): void {
-    if (snapshot.matches('starting')) this.#spawn(() => this.#ensureRuntime());
+    if (snapshot.matches('starting')) this.#spawn(() => this.#ensureRuntime('rehydrated'));
     else if (snapshot.matches({ active: { running: 'thinking' } }) && snapshot.context.stepCause !== null) {
       const cause = snapshot.context.stepCause;
-      this.#spawn(() => this.#askAgent(cause));
+      this.#spawn(() => this.#effect('agent step', cause, () => this.#askAgent(cause)));
     }
     const pending = snapshot.context.pendingCommand;
     if (pending && snapshot.matches({ active: { running: 'executing' } })) {
@@ -141,7 +144,6 @@ export class SessionEffects {
     );
   }
 
-  /** Stops the current runtime, if any, and starts a new one in the same workspace. */
   /**
    * Replaces the runtime with a fresh one in the same workspace (a page
    * refresh, `reconnect_runtime`, a REST call): the old agent loop is already
@@ -152,10 +154,10 @@ export class SessionEffects {
     await this.#starting;
     const old = this.#runtime;
     this.#runtime = null;
-    await old?.stop();
+    if (old) await this.#effect('runtime stop', 'reconnect', () => old.stop());
     await this.#host.submit({ source: 'environment', type: 'runtime_status', data: { status: 'reconnecting' } });
     this.#lost = null;
-    await this.#ensureRuntime();
+    await this.#ensureRuntime('reconnect');
   }
 
   /** True once the runtime died and nothing replaced it yet. */
@@ -163,11 +165,12 @@ export class SessionEffects {
     return this.#lost !== null;
   }
 
-  async stop(): Promise<void> {
+  /** Stops every effect and the runtime; `why` names the cause in debug lines. */
+  async stop(why: string): Promise<void> {
     this.#abort.abort();
     const runtime = this.#runtime;
     this.#runtime = null;
-    await runtime?.stop();
+    if (runtime) await this.#effect('runtime stop', why, () => runtime.stop());
   }
 
   #spawn(work: () => Promise<unknown>): void {
@@ -189,14 +192,47 @@ export class SessionEffects {
       });
   }
 
+  /**
+   * Runs one effect. At debug level its start and its end are logged with the
+   * conversation, the cause (the id of the stored event that asked for it, or
+   * why it runs) and how it ended (`outcome`, or the string the work returns);
+   * at other levels this costs nothing more.
+   */
+  async #effect<T>(
+    effect: 'agent step' | 'command' | 'runtime start' | 'runtime stop',
+    cause: number | string,
+    work: () => Promise<T>,
+    outcome: (result: T) => string = (result) => (typeof result === 'string' ? result : 'done'),
+  ): Promise<T> {
+    const logger = this.#deps.logger;
+    if (!logger.isDebug) return work();
+    const fields = { conversation_id: this.#host.conversationId, effect, cause };
+    logger.debug('effect started', fields);
+    const started = performance.now();
+    const ms = () => Math.round(performance.now() - started);
+    try {
+      const result = await work();
+      logger.debug('effect finished', { ...fields, outcome: outcome(result), ms: ms() });
+      return result;
+    } catch (err) {
+      logger.debug('effect failed', { ...fields, ...errorFields(err), ms: ms() });
+      throw err;
+    }
+  }
+
   #status(frame: Omit<StatusFrame, 'type'>): void {
     this.#deps.feed.publishStatus(this.#host.conversationId, { type: 'status', ...frame });
   }
 
   /** The live runtime, starting one (and storing its status) when there is none. */
-  #ensureRuntime(): Promise<Runtime | null> {
+  #ensureRuntime(cause: number | string): Promise<Runtime | null> {
     if (this.#runtime?.alive) return Promise.resolve(this.#runtime);
-    this.#starting ??= this.#startRuntime().finally(() => {
+    this.#starting ??= this.#effect(
+      'runtime start',
+      cause,
+      () => this.#startRuntime(),
+      (runtime) => (runtime ? 'connected' : 'not started'),
+    ).finally(() => {
       this.#starting = null;
     });
     return this.#starting;
@@ -260,6 +296,8 @@ export class SessionEffects {
     if (this.#runtime !== runtime) return this.#death ?? Promise.resolve();
     this.#runtime = null;
     const message = `the runtime exited (${signal ? `signal ${signal}` : `code ${code}`})`;
+    if (this.#deps.logger.isDebug)
+      this.#deps.logger.debug('runtime lost', { conversation_id: this.#host.conversationId, message });
     this.#lost = message;
     this.#status(STATUS.failed);
     this.#death = this.#host
@@ -268,7 +306,8 @@ export class SessionEffects {
     return this.#death;
   }
 
-  async #askAgent(cause: number): Promise<void> {
+  /** One agent step answering event `cause`; submits its answer (or its failure) and says which. */
+  async #askAgent(cause: number): Promise<string> {
     let action: AgentAction;
     try {
       action = await this.#deps.agent.step({
@@ -277,13 +316,16 @@ export class SessionEffects {
         signal: this.#abort.signal,
       });
     } catch (err) {
-      if (this.#abort.signal.aborted) return;
-      await this.#host.submit(this.#agentFailure(err, cause));
-      return;
+      if (this.#abort.signal.aborted) return 'aborted';
+      const failure = this.#agentFailure(err, cause);
+      await this.#host.submit(failure);
+      return failure.type;
     }
-    if (this.#abort.signal.aborted) return;
+    if (this.#abort.signal.aborted) return 'aborted';
     if (action.usage) await this.#host.submit({ source: 'agent', type: 'agent_usage', data: action.usage });
-    await this.#host.submit(agentEvent(action, cause));
+    const answer = agentEvent(action, cause);
+    await this.#host.submit(answer);
+    return answer.type;
   }
 
   /**
@@ -303,10 +345,11 @@ export class SessionEffects {
     return { source: 'agent', type: 'agent_error', data: { code, message }, cause };
   }
 
-  async #runCommand(commandId: number, command: string): Promise<void> {
+  /** Runs command `commandId`; submits its output as an observation and says how it ended. */
+  async #runCommand(commandId: number, command: string): Promise<string> {
     // A runtime that died is not restarted behind the user's back: the command
     // fails at once with a clear observation until a reconnect.
-    const runtime = this.#lost === null ? await this.#ensureRuntime() : null;
+    const runtime = this.#lost === null ? await this.#ensureRuntime(commandId) : null;
     let result: CommandResult;
     if (!runtime) {
       result = unavailable(this.#lost ?? 'it could not be started');
@@ -314,14 +357,15 @@ export class SessionEffects {
       try {
         result = await runtime.run(command, { timeoutMs: this.#deps.commandTimeoutMs, signal: this.#abort.signal });
       } catch (err) {
-        if (this.#abort.signal.aborted) return;
+        if (this.#abort.signal.aborted) return 'aborted';
         // The death is stored first, so the machine has left the agent loop before it sees this output.
         if (!runtime.alive) await this.#runtimeDied(runtime, null, null);
         result = unavailable(this.#lost ?? String(errorFields(err).error));
       }
     }
-    if (this.#abort.signal.aborted) return;
+    if (this.#abort.signal.aborted) return 'aborted';
     await this.#report(commandId, command, result);
+    return result.timed_out ? 'timed out' : `exit code ${result.exit_code}`;
   }
 
   #report(commandId: number, command: string, result: CommandResult): Promise<unknown> {
