@@ -496,7 +496,8 @@ export const sessionMachine = setup({
       },
     },
     closed: {
-      description: 'The conversation ended for good.',
+      description:
+        'The conversation ended for good (`session_closed`, stored when it is deleted, before its log is purged).',
       tags: ['stopped'],
       type: 'final',
     },

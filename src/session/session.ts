@@ -219,6 +219,31 @@ export class Session {
     await this.close(`passivated (${reason})`);
   }
 
+  /**
+   * Ends the conversation for good (it is being deleted): stores
+   * `session_closed`, which takes the machine to its final state, then
+   * closes. Followers of the log see it before the events are purged. A
+   * session still starting is waited for (bounded by `startWaitMs`).
+   */
+  async end(reason: string): Promise<void> {
+    await this.#waitForStart();
+    await this.#end(reason);
+  }
+
+  /**
+   * Ends a conversation that is not in memory, from its loaded state: the
+   * session is rebuilt only to decide and store `session_closed` (nothing is
+   * resumed, no effect starts), then closed.
+   */
+  static async endStored(
+    conversationId: string,
+    deps: SessionDeps,
+    state: RestoredState,
+    reason: string,
+  ): Promise<void> {
+    await new Session(conversationId, deps, state).#end(reason);
+  }
+
   /** Stops the actor, timers and the runtime. Pending and later submits are refused. */
   async close(reason = 'closed'): Promise<void> {
     await this.#waitForStart();
@@ -227,6 +252,14 @@ export class Session {
     await this.#mailbox;
     this.#actor?.stop();
     await this.#effects.stop(reason);
+  }
+
+  async #end(reason: string): Promise<void> {
+    try {
+      await this.submit({ source: 'environment', type: 'session_closed', data: { reason } });
+    } finally {
+      await this.close(reason);
+    }
   }
 
   async #apply(proposal: NewEvent, msgId?: string): Promise<SubmitResult> {
@@ -279,7 +312,8 @@ export class Session {
   #afterApply(event: StoredEvent, before: AgentState): void {
     this.lastActivity = Date.now();
     const snapshot = this.#actor?.getSnapshot();
-    if (snapshot) this.#deadline.arm(snapshot.context.deadline);
+    // A conversation that ended (the machine's final state) waits for nothing.
+    if (snapshot) this.#deadline.arm(snapshot.status === 'active' ? snapshot.context.deadline : null);
     this.#deps.onApplied?.(this, event, before);
     this.#maybeSnapshot();
   }
@@ -290,6 +324,8 @@ export class Session {
    */
   #maybeSnapshot(): void {
     if (this.#sinceSnapshot < this.#deps.snapshotEvery) return;
+    // An ended conversation is about to be purged: a snapshot written now could outlive it.
+    if (this.#actor?.getSnapshot().status !== 'active') return;
     void this.#writeSnapshot().catch((err) =>
       this.#deps.logger.warn('snapshot failed', { conversation_id: this.conversationId, ...errorFields(err) }),
     );

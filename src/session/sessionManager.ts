@@ -207,9 +207,23 @@ export class SessionManager {
     return leaving;
   }
 
+  /**
+   * Deletes a conversation: stores `session_closed` (so the clients and NATS
+   * subscribers following it see it end), then purges its events, snapshot
+   * and record. The workspace stays.
+   */
   async delete(conversationId: string, user: string): Promise<void> {
     await this.#owned(conversationId, user);
+    // A load or a passivation under way finishes first: one session writes the end.
+    await this.#loading.get(conversationId)?.catch(() => undefined);
+    await this.#leaving.get(conversationId);
     const session = this.#live.get(conversationId);
+    await this.#end(conversationId, session).catch((err) =>
+      this.#logger.warn('session_closed not stored; deleting anyway', {
+        conversation_id: conversationId,
+        ...errorFields(err),
+      }),
+    );
     this.#live.delete(conversationId);
     this.#policy.forget(conversationId);
     await session?.close('deleted');
@@ -256,6 +270,16 @@ export class SessionManager {
     await Promise.allSettled(rest.map((s) => s.close('server shutting down')));
   }
 
+  /** Stores `session_closed` through the live session, or through one rebuilt from the log (no effect runs). */
+  async #end(id: string, live: Session | undefined): Promise<void> {
+    if (live && !live.closed) return live.end('deleted');
+    const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
+    // No events, or it ended already (a delete that stopped before its purge).
+    if (!loaded || loaded.state.snapshot.status !== 'active') return;
+    this.feed.catchUp(id, loaded.read);
+    await Session.endStored(id, this.#sessionDeps(id), loaded.state, 'deleted');
+  }
+
   async #owned(conversationId: string, user: string): Promise<ConversationRecord> {
     const record = await this.#deps.conversations.get(conversationId);
     if (!record || record.user !== user) throw new ConversationNotFoundError(conversationId);
@@ -292,7 +316,8 @@ export class SessionManager {
 
   async #rehydrate(id: string): Promise<Session> {
     const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
-    if (!loaded) throw new ConversationNotFoundError(id);
+    // A conversation that ended (deleted, its purge not done) does not come back.
+    if (!loaded || loaded.state.snapshot.status !== 'active') throw new ConversationNotFoundError(id);
     // Before the session writes anything: connected clients first get what the log holds that they never saw.
     this.feed.catchUp(id, loaded.read);
     const session = await Session.restore(id, this.#sessionDeps(id), loaded.state, loaded.from, loaded.folded);

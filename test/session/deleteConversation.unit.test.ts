@@ -1,0 +1,128 @@
+import { describe, expect, it } from 'vitest';
+import { scriptedAgent } from '../../src/agent/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
+import { ConversationNotFoundError, SessionManager } from '../../src/session/index.ts';
+import { memoryConversationStore, memoryEventLog, memorySnapshotStore, type EventLog } from '../../src/store/index.ts';
+import { logViolations } from '../properties/logChecks.ts';
+
+/** A memory log that keeps what each conversation's log held when it was purged; `failPurges` purges fail first. */
+function recordingLog(failPurges = 0): { log: EventLog; purged: Map<string, StoredEvent[]> } {
+  const inner = memoryEventLog();
+  const purged = new Map<string, StoredEvent[]>();
+  let failures = failPurges;
+  const log: EventLog = {
+    append: (event, options) => inner.append(event, options),
+    read: (id, options) => inner.read(id, options),
+    lastSeq: (id) => inner.lastSeq(id),
+    last: (id) => inner.last(id),
+    tail: (id, options) => inner.tail(id, options),
+    purge: async (id) => {
+      if (failures-- > 0) throw new Error('the store is down');
+      purged.set(
+        id,
+        (await inner.read(id)).items.map((i) => i.event),
+      );
+      return inner.purge(id);
+    },
+  };
+  return { log, purged };
+}
+
+function setup(failPurges = 0) {
+  const { log, purged } = recordingLog(failPurges);
+  const runtimes = memoryRuntimeProvider();
+  const m = new SessionManager({
+    log,
+    conversations: memoryConversationStore(),
+    snapshots: memorySnapshotStore(),
+    runtimes,
+    agentFor: () => scriptedAgent(),
+  });
+  const idle = async (id: string) => {
+    for (let i = 0; i < 500; i++) {
+      if ((await m.session(id, 'local')).state === 'awaiting_user_input') return;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    throw new Error('never idle');
+  };
+  return { m, log, purged, runtimes, idle };
+}
+
+const body = { confirmation_mode: false, max_iterations: 10, secrets: {}, initial_message: 'hello' };
+const kinds = (events: readonly StoredEvent[]) =>
+  events.map((e) => (e.type === 'agent_state_changed' ? `${e.type} ${e.data.state}` : e.type));
+
+describe('deleting a conversation', () => {
+  it('stores session_closed and the stopped state it leads to, which its followers see, before the log is purged', async () => {
+    const { m, log, purged, idle } = setup();
+    try {
+      const { conversation_id: id } = await m.create('local', body);
+      await idle(id);
+      const followed: LoggedEvent[] = [];
+      m.subscribe(id, { event: (e) => followed.push(e), status: () => {} });
+
+      await m.delete(id, 'local');
+
+      const stored = purged.get(id)!;
+      expect(kinds(stored).slice(-3)).toEqual([
+        'agent_state_changed awaiting_user_input',
+        'session_closed',
+        'agent_state_changed stopped',
+      ]);
+      const closed = stored.at(-2)!;
+      expect(closed).toMatchObject({ source: 'environment', type: 'session_closed', data: { reason: 'deleted' } });
+      expect(stored.at(-1)!.cause).toBe(closed.id);
+      // Stored as every other fact: the fold takes it, ids stay dense, its state fact follows it.
+      expect(logViolations(stored)).toEqual([]);
+      expect(followed.map((e) => e.event)).toEqual(stored.slice(-2));
+      expect((await log.read(id)).items).toEqual([]);
+      expect(m.isLive(id)).toBe(false);
+      await expect(m.session(id, 'local')).rejects.toBeInstanceOf(ConversationNotFoundError);
+    } finally {
+      await m.shutdown();
+    }
+  });
+
+  it('ends a conversation out of memory from its stored state, without bringing it back or starting anything', async () => {
+    const { m, purged, runtimes, idle } = setup();
+    try {
+      const { conversation_id: id } = await m.create('local', body);
+      await idle(id);
+      await m.passivate(id, 'idle');
+      expect(m.isLive(id)).toBe(false);
+      const runtimesBefore = runtimes.created.length;
+
+      await m.delete(id, 'local');
+
+      const stored = purged.get(id)!;
+      expect(kinds(stored).slice(-3)).toEqual(['session_passivated', 'session_closed', 'agent_state_changed stopped']);
+      expect(kinds(stored)).not.toContain('session_rehydrated');
+      expect(logViolations(stored)).toEqual([]);
+      expect(runtimes.created).toHaveLength(runtimesBefore);
+      expect(m.isLive(id)).toBe(false);
+    } finally {
+      await m.shutdown();
+    }
+  });
+
+  it('leaves a conversation whose purge failed ended: it is not brought back, and deleting it again finishes', async () => {
+    const { m, log, purged, idle } = setup(1);
+    try {
+      const { conversation_id: id } = await m.create('local', body);
+      await idle(id);
+      await expect(m.delete(id, 'local')).rejects.toThrow(/the store is down/);
+      expect(kinds((await log.read(id)).items.map((i) => i.event)).slice(-2)).toEqual([
+        'session_closed',
+        'agent_state_changed stopped',
+      ]);
+      await expect(m.session(id, 'local')).rejects.toBeInstanceOf(ConversationNotFoundError);
+
+      await m.delete(id, 'local');
+      expect(kinds(purged.get(id)!).filter((k) => k === 'session_closed')).toHaveLength(1);
+      expect((await log.read(id)).items).toEqual([]);
+    } finally {
+      await m.shutdown();
+    }
+  });
+});
