@@ -75,6 +75,11 @@ const startsWork = {
   'user.run': { target: '#session.active.running.executing', actions: 'queueUserCommand' },
 } as const;
 const stops = { guard: wants('stopped'), target: '#session.active.stopped', actions: 'clearCommand' } as const;
+/**
+ * The output of a command the agent loop moved past (a user stopped it, then a
+ * new message started the agent again): recorded in every state that may still
+ * wait for it, so it is never refused and no stale pending command outlives it.
+ */
 const recordsLateOutput = { guard: 'answersPendingCommand', actions: 'clearCommand' } as const;
 type StepAction = 'endStep' | 'resetRetries' | 'clearCommand' | 'clearDeadline' | 'forgetState';
 
@@ -366,6 +371,7 @@ export const sessionMachine = setup({
                   actions: 'recordFailure',
                 },
                 'agent.usage': { actions: 'addCost' },
+                'command.finished': recordsLateOutput,
                 'agent.rate_limited': [
                   {
                     guard: and(['answersCurrentStep', 'hasRetriesLeft']),
@@ -415,7 +421,12 @@ export const sessionMachine = setup({
         finished: {
           description: 'The agent says its task is done. A new message starts a new task.',
           tags: ['finished'],
-          on: { ...startsWork, 'user.change_state': stops, 'session.passivate': passivates('finished') },
+          on: {
+            ...startsWork,
+            'user.change_state': stops,
+            'command.finished': recordsLateOutput,
+            'session.passivate': passivates('finished'),
+          },
         },
         rejected: {
           description: 'The user rejected the action the agent asked to confirm; it did not run.',
@@ -470,6 +481,7 @@ export const sessionMachine = setup({
               { guard: 'deadlinePassed', target: 'error', actions: ['clearDeadline', 'recordBudgetLimit'] },
             ],
             'user.change_state': [{ guard: wants('paused'), target: 'paused', actions: 'clearDeadline' }, stops],
+            'command.finished': recordsLateOutput,
             'session.passivate': passivates('rate_limited'),
           },
         },

@@ -115,6 +115,33 @@ describe('session machine as pure functions', () => {
     expect(actionTypes(next)).not.toContain('askAgent');
   });
 
+  // Found by a fresh property-test seed (passivation equivalence, seed 5): the output was refused,
+  // and the stale pending command made a passivated run differ from the uninterrupted one.
+  it('records the output of a stopped command that finishes while a new message keeps the agent busy, in any state', () => {
+    const stopped = run([
+      connected,
+      { type: 'user.run', eventId: 2, command: 'sleep 1' },
+      { type: 'user.change_state', eventId: 3, state: 'stopped' },
+    ]);
+    expect(stopped.context.pendingCommand).toMatchObject({ eventId: 2 });
+    const thinking = run([{ type: 'user.message', eventId: 4 }], stopped);
+    expect(thinking.value).toEqual({ active: { running: 'thinking' } });
+    const output = { type: 'command.finished', eventId: 5, cause: 2 } as const;
+    for (const busy of [
+      thinking,
+      run([{ type: 'agent.finish', eventId: 5, cause: 4 }], thinking),
+      run([{ type: 'agent.rate_limited', eventId: 5, cause: 4, reason: 'slow down', retryAt: 9_000 }], thinking),
+    ]) {
+      expect(busy.can(output), JSON.stringify(busy.value)).toBe(true);
+      const [after, actions] = transition(sessionMachine, busy, output);
+      expect(after.value).toEqual(busy.value);
+      expect(after.context.pendingCommand).toBeNull();
+      expect(actionTypes(actions)).toEqual([]);
+    }
+    // Only the pending command's output: any other is still refused.
+    expect(thinking.can({ ...output, cause: 3 })).toBe(false);
+  });
+
   it('takes another step when a user message arrived during the step, answering that message', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }, { type: 'user.message', eventId: 3 }]);
     const [after, actions] = transition(sessionMachine, running, { type: 'agent.message', eventId: 4, cause: 2 });
