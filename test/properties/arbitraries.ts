@@ -3,9 +3,6 @@ import type { SessionEvent, SessionInput, SessionSnapshot } from '../../machines
 import { AgentState, PassivationReason, type UserAction } from '../../src/protocol/index.ts';
 import type { ConversationOptions, HarnessOptions, PassivationPlan } from './harness.ts';
 
-/** Fixed seeds: CI reruns exactly the same cases; a failure prints its seed and path to replay it. */
-export const SEEDS = { machine: 20260101, live: 20260102, passivation: 20260103, race: 20260104 } as const;
-
 export const agentState = fc.constantFrom(...AgentState.options);
 
 /** Mostly the states a user may ask for, sometimes any. */

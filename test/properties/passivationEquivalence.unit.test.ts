@@ -1,8 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { passivationScenario, raceScenario, SEEDS, type HostOp } from './arbitraries.ts';
+import { passivationScenario, raceScenario, type HostOp } from './arbitraries.ts';
 import { expectConsistent, Harness, USER, type ConversationOptions, type HarnessOptions } from './harness.ts';
 import { outcomeOf } from './logChecks.ts';
+import { seededRuns } from './seeds.ts';
 
 interface RunResult {
   outcome: ReturnType<typeof outcomeOf>;
@@ -49,6 +50,40 @@ async function run(
   }
 }
 
+/**
+ * Fresh seed 5 found this (shrunk): a user command stopped, then a message;
+ * the command's output came while the agent thought and was refused, and the
+ * stale pending command made the passivated run differ. Fixed in the machine.
+ */
+const PASSIVATION_FOUND: PassivationScenario = {
+  harness: { instantCommands: false, snapshotEvery: 1 },
+  conversation: { initialMessage: null, confirmationMode: false, maxIterations: 10000 },
+  ops: [
+    {
+      kind: 'act_pair',
+      actions: [
+        { type: 'run', command: 'echo run' },
+        { type: 'change_agent_state', state: 'stopped' },
+      ],
+    },
+    { kind: 'act', action: { type: 'message', content: 'hello' } },
+    { kind: 'release', what: 'command', outcome: 'succeed' },
+    { kind: 'release', what: 'agent', outcome: 'succeed' },
+    { kind: 'passivate', how: 'idle', dropSnapshot: false, eager: false },
+  ],
+};
+type PassivationScenario = typeof passivationScenario extends fc.Arbitrary<infer T> ? T : never;
+
+/** The shrunk counterexample seed 20260104 once found (see the race test below). */
+const RACE_FOUND: RaceScenario = {
+  harness: { instantCommands: false, snapshotEvery: 1 },
+  conversation: { initialMessage: null, confirmationMode: false, maxIterations: 10000 },
+  ops: [],
+  action: { type: 'message', content: 'hello' },
+  ticks: 2,
+};
+type RaceScenario = typeof raceScenario extends fc.Arbitrary<infer T> ? T : never;
+
 describe('passivation and rehydration', () => {
   /*
    * What must be equal, and why:
@@ -75,29 +110,34 @@ describe('passivation and rehydration', () => {
    * fold of the whole log; and at every quiet point of both runs, loading
    * from the snapshot equals folding the whole log.
    */
-  it('ends a script passivated, restarted or crashed at random points exactly as the uninterrupted run of the same script', async () => {
-    const left: Record<string, number> = {};
-    await fc.assert(
-      fc.asyncProperty(passivationScenario, async ({ harness, conversation, ops }) => {
-        const straight = await run(harness, conversation, ops, false);
-        const interrupted = await run(harness, conversation, ops, true);
-        expect(interrupted.outcome).toEqual(straight.outcome);
-        // A step cut by passivation or a crash is asked again, and counted once.
-        expect(interrupted.iterations, 'iterations').toBe(straight.iterations);
-        for (const [how, n] of Object.entries(interrupted.left)) left[how] = (left[how] ?? 0) + n;
-      }),
-      { seed: SEEDS.passivation, numRuns: 50 },
-    );
-    // The script must reach every kind of exit at both kinds of point, or the property says little.
-    for (const how of ['idle', 'restart', 'crash']) {
-      for (const where of ['idle', 'mid_step'])
-        expect(left[`${how} ${where}`] ?? 0, `${how} ${where}`).toBeGreaterThan(3);
-    }
-  });
+  it.each(seededRuns('passivation', 25))(
+    'ends a script passivated, restarted or crashed at random points exactly as the uninterrupted run of the same script (seed $params.seed)',
+    async ({ params, regression }) => {
+      const left: Record<string, number> = {};
+      await fc.assert(
+        fc.asyncProperty(passivationScenario, async ({ harness, conversation, ops }) => {
+          const straight = await run(harness, conversation, ops, false);
+          const interrupted = await run(harness, conversation, ops, true);
+          expect(interrupted.outcome).toEqual(straight.outcome);
+          // A step cut by passivation or a crash is asked again, and counted once.
+          expect(interrupted.iterations, 'iterations').toBe(straight.iterations);
+          for (const [how, n] of Object.entries(interrupted.left)) left[how] = (left[how] ?? 0) + n;
+        }),
+        { ...params, examples: [[PASSIVATION_FOUND]] },
+      );
+      // The script must reach every kind of exit at both kinds of point, or the property says little.
+      // Checked on the fixed regression runs: a fresh seed's fewer runs may reach one only a few times.
+      if (!regression) return;
+      for (const how of ['idle', 'restart', 'crash']) {
+        for (const where of ['idle', 'mid_step'])
+          expect(left[`${how} ${where}`] ?? 0, `${how} ${where}`).toBeGreaterThan(3);
+      }
+    },
+  );
 
   /*
-   * FAILS: a bug in src/session (Session.passivate with SessionManager.act).
-   * seed 20260104, shrunk counterexample:
+   * FAILED (fixed since): a bug in src/session (Session.passivate with SessionManager.act).
+   * seed 20260104 (still a regression seed), shrunk counterexample (RACE_FOUND, run first every time):
    *   {"harness":{"instantCommands":false,"snapshotEvery":1},
    *    "conversation":{"initialMessage":null,"confirmationMode":false,"maxIterations":10000},
    *    "ops":[],"action":{"type":"message","content":"hello"},"ticks":2}
@@ -112,28 +152,31 @@ describe('passivation and rehydration', () => {
    * comes back. Scratch sweep: 0-1 ticks land before the passivation, 2-12
    * are refused, 13+ reach the rehydrated session.
    */
-  it('applies an action that meets its session leaving memory as if it came just before or just after, never refusing it for the passivated state', async () => {
-    await fc.assert(
-      fc.asyncProperty(raceScenario, async ({ harness, conversation, ops, action, ticks }) => {
-        const h = new Harness(harness);
-        try {
-          await h.create(conversation);
-          for (const op of ops) {
-            if (op.kind === 'act') await h.act(op.action);
-            else if (op.kind === 'release') await h.release(op.what, op.outcome);
-            else if (op.kind === 'settle') await h.settle();
+  it.each(seededRuns('race', 50))(
+    'applies an action that meets its session leaving memory as if it came just before or just after, never refusing it for the passivated state (seed $params.seed)',
+    async ({ params }) => {
+      await fc.assert(
+        fc.asyncProperty(raceScenario, async ({ harness, conversation, ops, action, ticks }) => {
+          const h = new Harness(harness);
+          try {
+            await h.create(conversation);
+            for (const op of ops) {
+              if (op.kind === 'act') await h.act(op.action);
+              else if (op.kind === 'release') await h.release(op.what, op.outcome);
+              else if (op.kind === 'settle') await h.settle();
+            }
+            await h.settle();
+            await expectConsistent(h);
+            await h.actWhileLeaving(action, ticks);
+            await h.manager.session(h.id, USER);
+            await h.settle();
+            await expectConsistent(h, true);
+          } finally {
+            await h.dispose();
           }
-          await h.settle();
-          await expectConsistent(h);
-          await h.actWhileLeaving(action, ticks);
-          await h.manager.session(h.id, USER);
-          await h.settle();
-          await expectConsistent(h, true);
-        } finally {
-          await h.dispose();
-        }
-      }),
-      { seed: SEEDS.race, numRuns: 100 },
-    );
-  });
+        }),
+        { ...params, examples: [[RACE_FOUND]] },
+      );
+    },
+  );
 });
