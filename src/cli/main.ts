@@ -15,8 +15,8 @@ async function main(argv: string[]): Promise<number> {
   switch (command) {
     case 'serve': {
       const { serve } = await import('./serve.ts');
-      // Exit explicitly: everything has been stopped, and a stray handle must not keep a stopped server alive.
-      return process.exit(await serve());
+      // Exit explicitly, stopped or failed: a stray handle must not keep the process alive.
+      return process.exit(await serve().catch(report));
     }
     case 'replay': {
       const { replay } = await import('./replay.ts');
@@ -42,8 +42,13 @@ main(process.argv.slice(2)).then(
     if (code !== 0) process.exitCode = code;
   },
   (err: unknown) => {
-    const message = err instanceof ConfigError || err instanceof Error ? err.message : String(err);
-    process.stderr.write(`tether: ${message}\n`);
-    process.exitCode = 1;
+    process.exitCode = report(err);
   },
 );
+
+/** The error as one line on stderr; the exit code for it. */
+function report(err: unknown): number {
+  const message = err instanceof ConfigError || err instanceof Error ? err.message : String(err);
+  process.stderr.write(`tether: ${message}\n`);
+  return 1;
+}

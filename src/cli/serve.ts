@@ -7,9 +7,9 @@ import { loadConfig, type Config } from '../config.ts';
 import { errorFields, jsonLogger, type Logger } from '../logger.ts';
 import { localRuntimeProvider } from '../runtime/index.ts';
 import { authenticator, startingServer } from '../server/index.ts';
-import { connectNats, jetStreamStores, natsAnswers, watchConnection } from '../store/index.ts';
-import { createTether } from '../tether.ts';
-import { serveNats } from './serveNats.ts';
+import { connectNats, jetStreamStores, natsAnswers, watchConnection, type NatsConnection } from '../store/index.ts';
+import { createTether, type Tether } from '../tether.ts';
+import { serveNats, type ServeNats } from './serveNats.ts';
 
 const SHUTDOWN_BUDGET_MS = 10_000;
 
@@ -26,49 +26,53 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   // embedded nats-server on a free port) can take it.
   const http = startingServer();
   const address = await listenOrExplain(http, config);
-  let nats;
-  try {
-    nats = await serveNats(config, logger, env.PATH);
-  } catch (err) {
-    http.close();
-    throw err;
-  }
-  let nc;
-  try {
-    nc = await connectNats(nats.url, { name: 'tether' });
-  } catch (err) {
-    http.close();
-    await nats.stop();
-    throw new Error(`cannot reach NATS at ${nats.url}: ${errorFields(err).error}`, { cause: err });
-  }
+  // A start that fails from here on undoes what it started, last first, so that no port, connection or nats-server outlives it.
+  const undo: Array<() => Promise<unknown>> = [() => closeHttp(http)];
+  let nats: ServeNats;
+  let nc: NatsConnection;
+  let tether: Tether;
   let natsReady = true;
   let closing = false;
-  watchConnection(nc, (connected) => {
-    if (connected !== natsReady && !closing)
-      logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
-    natsReady = connected;
-  });
-  const tether = createTether({
-    stores: await jetStreamStores(nc),
-    runtimes: localRuntimeProvider({
-      workspaceRoot: join(config.dataDir, 'workspaces'),
+  try {
+    nats = await serveNats(config, logger, env.PATH);
+    undo.unshift(() => nats.stop());
+    const url = nats.url;
+    nc = await connectNats(url, { name: 'tether' }).catch((err: unknown) => {
+      throw new Error(`cannot reach NATS at ${url}: ${errorFields(err).error}`, { cause: err });
+    });
+    const connection = nc;
+    undo.unshift(() => connection.close());
+    watchConnection(nc, (connected) => {
+      if (connected !== natsReady && !closing)
+        logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
+      natsReady = connected;
+    });
+    tether = createTether({
+      stores: await jetStreamStores(nc),
+      runtimes: localRuntimeProvider({
+        workspaceRoot: join(config.dataDir, 'workspaces'),
+        commandTimeoutMs: config.commandTimeoutMs,
+        outputCapBytes: config.outputCapBytes,
+      }),
+      agent: agentOf(config, logger),
+      logger,
+      limits: config.limits,
       commandTimeoutMs: config.commandTimeoutMs,
-      outputCapBytes: config.outputCapBytes,
-    }),
-    agent: agentOf(config, logger),
-    logger,
-    limits: config.limits,
-    commandTimeoutMs: config.commandTimeoutMs,
-    server: {
-      http,
-      authenticate: authenticator({ tokens: config.tokens, jwtSecret: config.jwtSecret }),
-      maxFrameBytes: config.maxFrameBytes,
-      maxBodyBytes: config.maxBodyBytes,
-      maxPendingBytes: config.maxPendingBytes,
-      ws: config.ws,
-      ready: async () => natsReady && (await natsAnswers(nc)),
-    },
-  });
+      server: {
+        http,
+        authenticate: authenticator({ tokens: config.tokens, jwtSecret: config.jwtSecret }),
+        maxFrameBytes: config.maxFrameBytes,
+        maxBodyBytes: config.maxBodyBytes,
+        maxPendingBytes: config.maxPendingBytes,
+        ws: config.ws,
+        ready: async () => natsReady && (await natsAnswers(connection)),
+      },
+    });
+  } catch (err) {
+    closing = true;
+    for (const step of undo) await step().catch(() => undefined);
+    throw err;
+  }
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   logger.info('tether listening', {
     url: `http://${host}:${address.port}`,
@@ -122,6 +126,13 @@ function agentOf(config: Config, logger: Logger) {
     config.llm ? { kind: 'llm', base_url: config.llm.baseUrl, model: config.llm.model } : { kind: 'scripted' },
   );
   return config.llm ? llmAgent(config.llm) : scriptedAgent({ delayMs: config.agentDelayMs });
+}
+
+function closeHttp(http: Server): Promise<void> {
+  return new Promise((resolve) => {
+    http.close(() => resolve());
+    http.closeAllConnections();
+  });
 }
 
 async function listenOrExplain(http: Server, config: Config): Promise<AddressInfo> {

@@ -1,10 +1,11 @@
 import { spawn } from 'node:child_process';
-import { createServer, type Server } from 'node:net';
+import { connect, createServer, type Server } from 'node:net';
 import { rm } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { makeDataDir } from '../support/serverProcess.ts';
+import { natsBinary } from '../support/natsBinary.ts';
+import { freePort, makeDataDir } from '../support/serverProcess.ts';
 
 const BIN = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'bin', 'tether.js');
 const dataDirs: string[] = [];
@@ -26,12 +27,46 @@ async function serveUntilExit(env: Record<string, string>): Promise<{ code: numb
   return { code, stderr };
 }
 
+async function waitForPort(port: number): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const open = await new Promise<boolean>((done) => {
+      const socket = connect(port, '127.0.0.1');
+      socket.once('connect', () => done(true)).once('error', () => done(false));
+      setTimeout(() => socket.destroy(), 500);
+    });
+    if (open) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`nothing listens on ${port}`);
+}
+
 describe('tether serve that cannot start', () => {
   it('says how to install nats-server when the binary is missing, and exits 1 (it installs nothing itself)', async () => {
     const { code, stderr } = await serveUntilExit({ TETHER_PORT: '0', NATS_SERVER_BIN: '/nonexistent/nats-server' });
     expect(code).toBe(1);
     expect(stderr).toContain('NATS_SERVER_BIN=/nonexistent/nats-server is not an executable file');
     expect(stderr).toContain('apt-get install nats-server');
+  });
+
+  it('exits 1 and frees its port when NATS_URL has no JetStream (a start that fails late undoes what it started)', async () => {
+    const natsPort = await freePort();
+    const plain = spawn(natsBinary(), ['-a', '127.0.0.1', '-p', String(natsPort)], { stdio: 'ignore' });
+    try {
+      await waitForPort(natsPort);
+      const port = await freePort();
+      const { code, stderr } = await serveUntilExit({
+        TETHER_PORT: String(port),
+        NATS_URL: `nats://127.0.0.1:${natsPort}`,
+      });
+      expect(code).toBe(1);
+      expect(stderr).toMatch(/tether: .*jetstream/i);
+      // The port is free again: nothing of the failed start is left listening.
+      const probe = createServer();
+      await new Promise<void>((done, fail) => probe.once('error', fail).listen(port, '127.0.0.1', done));
+      probe.close();
+    } finally {
+      plain.kill('SIGKILL');
+    }
   });
 
   it('names the port and the variable when its port is taken, and exits 1 before starting nats-server', async () => {
