@@ -1,5 +1,6 @@
 // Lint for the whole repository: typescript-eslint with type information, and the
 // import boundaries of the architecture (docs: ../shared/STYLE.md, "Layout").
+import { builtinModules } from 'node:module';
 import js from '@eslint/js';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
@@ -11,10 +12,21 @@ const IMPURE = [
   { group: ['@nats-io/*'], message: 'Only src/store/ talks to NATS.' },
 ];
 /** Node built-ins named without the `node:` prefix. */
-const BARE_BUILTINS = ['fs', 'fs/promises', 'child_process', 'net', 'http', 'os', 'path', 'crypto', 'stream'];
+const BARE_BUILTINS = builtinModules.filter((name) => !name.startsWith('_'));
 
 export default tseslint.config(
-  { ignores: ['dist/', 'dist-bench/', 'node_modules/', 'coverage/', '.tether/', '.scratch/'] },
+  {
+    ignores: [
+      'dist/',
+      'dist-bench/',
+      'dist.tmp-*/',
+      'dist.old-*/',
+      'node_modules/',
+      'coverage/',
+      '.tether/',
+      '.scratch/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

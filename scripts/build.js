@@ -3,7 +3,20 @@
 // dist/ is stale. `node scripts/build.js` always builds; `--if-stale` builds
 // only when dist/ is missing or older than a source file (npm start, npm test).
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  unlinkSync,
+  utimesSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,8 +24,12 @@ import { fileURLToPath } from 'node:url';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** What the build reads: a change to any of these (or a file added or removed in them) makes dist/ stale. */
 const SOURCES = ['src', 'machines', 'tsconfig.json', 'tsconfig.build.json', 'package.json'];
-/** Written last by a successful build: its time is the build's. */
-export const STAMP = join(ROOT, 'dist', '.built');
+const DIST = join(ROOT, 'dist');
+/** Written last by a successful build, dated when the build started: a source saved during it stays newer. */
+export const STAMP = join(DIST, '.built');
+/** Held by the one build that runs at a time (npm test and npm start in two terminals, say). */
+const LOCK = join(ROOT, 'dist.lock');
+const LOCK_WAIT_MS = 5 * 60_000;
 
 /** The newest modification time under the given paths (directories count: adding or removing a file changes theirs). */
 function newest(paths) {
@@ -34,32 +51,101 @@ export function staleReason() {
   return newest(SOURCES) > built.mtimeMs ? 'the sources changed since dist/ was built' : null;
 }
 
-/** Builds dist/ from scratch with tsc; throws with tsc's output when it fails. */
+/**
+ * Builds dist/ from scratch with tsc; throws with tsc's output when it fails.
+ * It compiles into a folder of its own and swaps it in only when tsc succeeded
+ * (noEmitOnError), so a failed build leaves the last good dist/ as it was.
+ */
 export function build({ log = (line) => console.error(line) } = {}) {
+  withLock(() => compile(log));
+}
+
+function compile(log) {
   let tsc;
   try {
     tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
-  } catch {
+  } catch (err) {
     throw new Error(
       'building dist/ needs TypeScript, which is a development dependency: run `npm install` (not --omit=dev), then `npm run build`',
+      { cause: err },
     );
   }
   log('tether: compiling src/ and machines/ to dist/ (tsc -p tsconfig.build.json) ...');
-  const started = Date.now();
-  rmSync(join(ROOT, 'dist'), { recursive: true, force: true });
-  const result = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: ROOT, encoding: 'utf8' });
-  if (result.status !== 0) throw new Error(`tsc failed:\n${result.stdout}${result.stderr}`);
-  writeFileSync(STAMP, `${new Date().toISOString()}\n`);
-  log(`tether: dist/ built in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  const started = new Date();
+  const fresh = join(ROOT, `dist.tmp-${process.pid}`);
+  const old = join(ROOT, `dist.old-${process.pid}`);
+  rmSync(fresh, { recursive: true, force: true });
+  try {
+    const args = [tsc, '-p', 'tsconfig.build.json', '--outDir', fresh];
+    const result = spawnSync(process.execPath, args, { cwd: ROOT, encoding: 'utf8' });
+    if (result.status !== 0) throw new Error(`tsc failed; dist/ is left as it was:\n${result.stdout}${result.stderr}`);
+    const stamp = join(fresh, '.built');
+    writeFileSync(stamp, `${started.toISOString()}\n`);
+    utimesSync(stamp, started, started);
+    if (existsSync(DIST)) renameSync(DIST, old);
+    renameSync(fresh, DIST);
+  } finally {
+    rmSync(fresh, { recursive: true, force: true });
+    rmSync(old, { recursive: true, force: true });
+  }
+  log(`tether: dist/ built in ${((Date.now() - started.getTime()) / 1000).toFixed(1)} s`);
 }
 
-/** Builds when dist/ is stale, saying why; does nothing otherwise. */
+/** Runs `work` holding the build lock; a lock left by a process that died is taken over. */
+function withLock(work) {
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (;;) {
+    try {
+      const fd = openSync(LOCK, 'wx');
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      break;
+    } catch (err) {
+      if (err.code !== 'EEXIST') throw err;
+      if (!holderAlive()) {
+        rmSync(LOCK, { force: true });
+        continue;
+      }
+      if (Date.now() > deadline)
+        throw new Error(`another build (${LOCK}) has held the lock for too long`, { cause: err });
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
+    }
+  }
+  try {
+    work();
+  } finally {
+    unlinkSync(LOCK);
+  }
+}
+
+function holderAlive() {
+  let pid;
+  try {
+    pid = Number(readFileSync(LOCK, 'utf8') || NaN);
+  } catch {
+    return false; // Released meanwhile.
+  }
+  if (!Number.isSafeInteger(pid) || pid <= 0) return true; // Being written: wait for it.
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return err.code === 'EPERM';
+  }
+}
+
+/** Builds when dist/ is stale, saying why; does nothing otherwise (nor when another build just made it fresh). */
 export function buildIfStale({ log = (line) => console.error(line) } = {}) {
-  const reason = staleReason();
-  if (reason === null) return false;
-  log(`tether: ${reason}`);
-  build({ log });
-  return true;
+  if (staleReason() === null) return false;
+  let built = false;
+  withLock(() => {
+    const reason = staleReason();
+    if (reason === null) return;
+    log(`tether: ${reason}`);
+    compile(log);
+    built = true;
+  });
+  return built;
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
