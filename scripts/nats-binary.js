@@ -1,15 +1,26 @@
 // Finds nats-server, installing Debian's package when it is missing and we may.
 // Plain JavaScript so both npm scripts and the TypeScript server can use it.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+// The rules match src/store/natsBinary.ts (which the server uses and which never
+// installs): NATS_SERVER_BIN when set, else PATH, then the usual places; executable files only.
+import { execFileSync } from 'node:child_process';
+import { accessSync, constants } from 'node:fs';
+import { delimiter, join } from 'node:path';
 
-const CANDIDATES = ['/usr/sbin/nats-server', '/usr/bin/nats-server', '/usr/local/bin/nats-server'];
+const USUAL_PLACES = ['/usr/sbin', '/usr/bin', '/usr/local/bin'];
+
+const isExecutable = (file) => {
+  try {
+    accessSync(file, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+};
 
 export function findNatsServer(env = process.env) {
-  if (env.NATS_SERVER_BIN) return existsSync(env.NATS_SERVER_BIN) ? env.NATS_SERVER_BIN : null;
-  const onPath = spawnSync('sh', ['-c', 'command -v nats-server'], { encoding: 'utf8' });
-  if (onPath.status === 0 && onPath.stdout.trim()) return onPath.stdout.trim();
-  return CANDIDATES.find((p) => existsSync(p)) ?? null;
+  if (env.NATS_SERVER_BIN) return isExecutable(env.NATS_SERVER_BIN) ? env.NATS_SERVER_BIN : null;
+  const dirs = [...(env.PATH ?? '').split(delimiter).filter(Boolean), ...USUAL_PLACES];
+  return dirs.map((dir) => join(dir, 'nats-server')).find(isExecutable) ?? null;
 }
 
 export const HOW_TO_INSTALL =
@@ -21,6 +32,9 @@ export const HOW_TO_INSTALL =
 export async function ensureNatsServer({ log = () => {}, env = process.env } = {}) {
   const found = findNatsServer(env);
   if (found) return found;
+  // An explicit binary that is not there is a mistake to report, not a reason to install another.
+  if (env.NATS_SERVER_BIN)
+    throw new Error(`NATS_SERVER_BIN=${env.NATS_SERVER_BIN} is not an executable file. ${HOW_TO_INSTALL}`);
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   if (!isRoot) throw new Error(HOW_TO_INSTALL);
   log('nats-server is missing; installing Debian package nats-server with apt-get ...');

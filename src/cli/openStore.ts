@@ -5,6 +5,7 @@ import type { Config } from '../config.ts';
 import {
   connectNats,
   jetStreamEventLog,
+  locateNatsServer,
   startEmbeddedNats,
   type EmbeddedNats,
   type EventLog,
@@ -33,7 +34,12 @@ export interface OpenEventLogOptions {
   name: string;
   /** nats-server's warnings and errors, when this starts it. */
   log?: (line: string) => void;
+  /** The PATH to find nats-server on, when this starts it. */
+  path?: string;
 }
+
+/** nats-server's own info, debug and trace lines: noise for Tether's log; its warnings and errors are not. */
+export const isNatsNoise = (line: string): boolean => /\[(INF|DBG|TRC)\]/.test(line);
 
 /**
  * Opens the event log the way `tether serve` finds it: `NATS_URL` when set;
@@ -59,7 +65,8 @@ export async function openEventLog(config: Config, options: OpenEventLogOptions)
       const log = options.log;
       embedded = await startEmbeddedNats({
         dataDir: config.dataDir,
-        log: log && ((line) => !/\[(INF|DBG|TRC)\]/.test(line) && log(line)),
+        binary: locateNatsServer({ binary: config.natsServerBin, path: options.path }),
+        log: log && ((line) => !isNatsNoise(line) && log(line)),
       });
       url = embedded.url;
       origin = 'started_embedded';

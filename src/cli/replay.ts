@@ -217,7 +217,7 @@ export async function replay(
   try {
     const config = loadConfig(env);
     const natsLog = (line: string) => io.stderr(`nats-server: ${line}\n`);
-    const opened = await openEventLog(config, { name: 'tether-replay', log: natsLog });
+    const opened = await openEventLog(config, { name: 'tether-replay', log: natsLog, path: env.PATH });
     store = { url: opened.url, origin: opened.origin };
     try {
       logged = await readAll(opened.log, args.conversationId);

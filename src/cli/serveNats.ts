@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import type { Config } from '../config.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import { locateNatsServer, startEmbeddedNats, type EmbeddedNats } from '../store/index.ts';
-import { findRunningNats } from './openStore.ts';
+import { findRunningNats, isNatsNoise } from './openStore.ts';
 
 /** The NATS server `tether serve` uses: `NATS_URL`'s, or its own embedded one. */
 export interface ServeNats {
@@ -19,9 +19,8 @@ export interface ServeNats {
 export async function serveNats(config: Config, logger: Logger, path: string | undefined): Promise<ServeNats> {
   if (config.natsUrl) return { url: config.natsUrl, stop: () => Promise.resolve() };
   const binary = locateNatsServer({ binary: config.natsServerBin, path });
-  // nats-server's own info lines are noise here; its warnings and errors are not.
   const log = (line: string) => {
-    if (!/\[(INF|DBG|TRC)\]/.test(line)) logger.warn('nats-server', { line });
+    if (!isNatsNoise(line)) logger.warn('nats-server', { line });
   };
   await waitForPreviousNats(join(config.dataDir, 'nats'));
   let embedded: EmbeddedNats = await startEmbeddedNats({ dataDir: config.dataDir, binary, log });

@@ -5,7 +5,6 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { locateNatsServer } from './natsBinary.ts';
 
 export interface EmbeddedNatsOptions {
   /** Listen on this port (default: a free one). A server started again after a crash reuses its port, so clients reconnect by themselves. */
@@ -14,8 +13,8 @@ export interface EmbeddedNatsOptions {
   dataDir: string;
   /** Receives nats-server's log lines. */
   log?: (line: string) => void;
-  /** nats-server binary (default: found on PATH, as spawn would, or in the usual places; never installed here). */
-  binary?: string;
+  /** nats-server binary: `locateNatsServer()` finds it (this never installs one). */
+  binary: string;
   /** How long to wait for the server to accept connections (default 15 s). */
   startTimeoutMs?: number;
 }
@@ -69,7 +68,7 @@ exit "$status"
  * outlives this process: see GUARD. It does not keep node's event loop alive.
  */
 export async function startEmbeddedNats(options: EmbeddedNatsOptions): Promise<EmbeddedNats> {
-  const binary = options.binary ?? locateNatsServer({ path: process.env.PATH });
+  const { binary } = options;
   const storeDir = join(options.dataDir, 'nats');
   await mkdir(storeDir, { recursive: true });
   const args = [

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { natsBinary } from '../support/natsBinary.ts';
 import { agentStateOf, foldEvents } from '../../machines/index.ts';
 import { StoredEvent } from '../../src/protocol/index.ts';
 import {
@@ -101,7 +102,7 @@ describe('tether replay', () => {
 
   beforeAll(async () => {
     dataDir = await mkdtemp(join(tmpdir(), 'tether-replay-'));
-    nats = await startEmbeddedNats({ dataDir });
+    nats = await startEmbeddedNats({ dataDir, binary: natsBinary() });
     nc = await connectNats(nats.url, { name: 'replay-test' });
     seqs = await appendAll(nc, events);
   });
@@ -224,7 +225,7 @@ describe('tether replay on a data dir where no server runs', () => {
     try {
       const id = conversationId();
       const events = conversation(id);
-      const nats = await startEmbeddedNats({ dataDir });
+      const nats = await startEmbeddedNats({ dataDir, binary: natsBinary() });
       const nc = await connectNats(nats.url, { name: 'replay-test' });
       const seqs = await appendAll(nc, events);
       await nc.close();

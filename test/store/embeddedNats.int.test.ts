@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { describe, expect, onTestFinished, test } from 'vitest';
+import { natsBinary } from '../support/natsBinary.ts';
 import { startEmbeddedNats, type EmbeddedNatsExit } from '../../src/store/embeddedNats.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
 
@@ -48,7 +49,7 @@ function killQuietly(pid: number): void {
 
 describe('startEmbeddedNats', () => {
   test('starts a JetStream server that accepts connections, and stop() ends its process', async () => {
-    const nats = await startEmbeddedNats({ dataDir: await tempDir() });
+    const nats = await startEmbeddedNats({ dataDir: await tempDir(), binary: natsBinary() });
     const exits: EmbeddedNatsExit[] = [];
     nats.onExit((exit) => exits.push(exit));
     expect(nats.url).toBe(`nats://127.0.0.1:${nats.port}`);
@@ -70,7 +71,7 @@ describe('startEmbeddedNats', () => {
   });
 
   test('a server that dies on its own is reported through onExit as unexpected', async () => {
-    const nats = await startEmbeddedNats({ dataDir: await tempDir() });
+    const nats = await startEmbeddedNats({ dataDir: await tempDir(), binary: natsBinary() });
     const exited = new Promise<EmbeddedNatsExit>((resolve) => nats.onExit(resolve));
     process.kill(nats.pid, 'SIGKILL');
     expect(await exited).toMatchObject({ expected: false });

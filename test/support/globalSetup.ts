@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { buildIfStale } from '../../scripts/build.js';
 import { startEmbeddedNats } from '../../src/store/embeddedNats.ts';
+import { natsBinary } from './natsBinary.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -17,7 +18,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   // The end-to-end tests run the compiled server (bin/tether.js runs dist/), as `npm start` does.
   buildIfStale();
   const dataDir = await mkdtemp(join(tmpdir(), 'tether-test-nats-'));
-  const nats = await startEmbeddedNats({ dataDir });
+  const nats = await startEmbeddedNats({ dataDir, binary: natsBinary() });
   project.provide('natsUrl', nats.url);
   return async () => {
     await nats.stop();
