@@ -32,7 +32,7 @@ interface RawSnapshot {
 
 /** What a function `with own name` is, for the notes: such functions are a kind of their own in heapByKind. */
 export const OWN_NAME_NOTE =
-  'A function `with own name` carries a `name` property of its own: tsx (the loader `bin/tether.js` and the bench run the sources through) compiles with esbuild\'s `keepNames`, which wraps each named arrow function in `__name(fn, "sendEvent")`, an `Object.defineProperty(fn, "name", ...)`; that switches the function object to dictionary-mode properties, with an `(object properties)` store of its own.';
+  'A function `with own name` carries a `name` property of its own. Under tsx (`tsx bench/run.ts`, and the server before it ran compiled from dist/), esbuild\'s `keepNames` wraps each named arrow function in `__name(fn, "sendEvent")`, an `Object.defineProperty(fn, "name", ...)` that switches the function object to dictionary-mode properties with an `(object properties)` store of its own; `npm run bench` runs tsc output, which has no such wrapper.';
 
 // Kinds whose names are contents (a string's text, a function's code), not types.
 const BY_TYPE_ONLY = new Set([
