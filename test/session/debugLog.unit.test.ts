@@ -1,10 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { scriptedAgent } from '../../src/agent/index.ts';
+import { memoryManager } from '../support/memoryManager.ts';
 import { jsonLogger, type LogLevel } from '../../src/logger.ts';
-import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { IllegalTransitionError, SessionManager } from '../../src/session/index.ts';
+import { IllegalTransitionError } from '../../src/session/index.ts';
 import { maskingLogger, SECRET_MASK } from '../../src/session/secretMasker.ts';
-import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
+import { memoryEventLog } from '../../src/store/index.ts';
 
 const SECRET = 'sk-debug-0123456789';
 
@@ -21,14 +20,7 @@ const DEBUG_MESSAGES = ['decided', 'refused', 'appended', 'effect started', 'eff
 async function session(level: LogLevel) {
   const lines: Line[] = [];
   const log = memoryEventLog();
-  const m = new SessionManager({
-    log,
-    conversations: memoryConversationStore(),
-    snapshots: memorySnapshotStore(),
-    runtimes: memoryRuntimeProvider(),
-    agentFor: () => scriptedAgent(),
-    logger: jsonLogger(level, (line) => lines.push(JSON.parse(line) as Line)),
-  });
+  const m = memoryManager({ log, logger: jsonLogger(level, (line) => lines.push(JSON.parse(line) as Line)) });
   const idle = async () => {
     for (let i = 0; i < 500; i++) {
       const live = await m.session(id, 'local');

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { scriptedAgent } from '../../src/agent/index.ts';
+import { memoryManager } from '../support/memoryManager.ts';
 import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { ConversationNotFoundError, SessionManager } from '../../src/session/index.ts';
-import { memoryConversationStore, memoryEventLog, memorySnapshotStore, type EventLog } from '../../src/store/index.ts';
+import { ConversationNotFoundError } from '../../src/session/index.ts';
+import { memoryEventLog, type EventLog } from '../../src/store/index.ts';
 import { logViolations } from '../properties/logChecks.ts';
 
 /** A memory log that keeps what each conversation's log held when it was purged; `failPurges` purges fail first. */
@@ -32,13 +32,7 @@ function recordingLog(failPurges = 0): { log: EventLog; purged: Map<string, Stor
 function setup(failPurges = 0) {
   const { log, purged } = recordingLog(failPurges);
   const runtimes = memoryRuntimeProvider();
-  const m = new SessionManager({
-    log,
-    conversations: memoryConversationStore(),
-    snapshots: memorySnapshotStore(),
-    runtimes,
-    agentFor: () => scriptedAgent(),
-  });
+  const m = memoryManager({ log, runtimes });
   const idle = async (id: string) => {
     for (let i = 0; i < 500; i++) {
       if ((await m.session(id, 'local')).state === 'awaiting_user_input') return;

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
+import { memoryManager } from '../support/memoryManager.ts';
 import type { Agent, AgentAction } from '../../src/agent/index.ts';
 import type { StatusFrame, StoredEvent } from '../../src/protocol/index.ts';
-import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager, TOO_MANY_CONVERSATIONS } from '../../src/session/index.ts';
-import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
+import { TOO_MANY_CONVERSATIONS } from '../../src/session/index.ts';
+import { memoryEventLog } from '../../src/store/index.ts';
 
 /** An agent that keeps thinking: a step ends only when its session stops it. */
 const thinkingAgent: Agent = {
@@ -22,14 +22,7 @@ async function until(what: string, check: () => boolean | Promise<boolean>): Pro
 describe('too many running conversations for one user', () => {
   it('tells the clients of the oldest that it left memory (not that it was paused), and it comes back running when next used', async () => {
     const log = memoryEventLog();
-    const m = new SessionManager({
-      log,
-      conversations: memoryConversationStore(),
-      snapshots: memorySnapshotStore(),
-      runtimes: memoryRuntimeProvider(),
-      agentFor: () => thinkingAgent,
-      limits: { maxRunningPerUser: 1 },
-    });
+    const m = memoryManager({ log, agentFor: () => thinkingAgent, limits: { maxRunningPerUser: 1 } });
     const body = { confirmation_mode: false, max_iterations: 10, secrets: {}, initial_message: 'work' };
     const events = async (id: string): Promise<StoredEvent[]> => (await log.read(id)).items.map((i) => i.event);
     try {
