@@ -1,12 +1,9 @@
 import { createActor } from 'xstate';
 import type { StoredEvent } from '../src/protocol/index.ts';
 import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
-import {
-  DEFAULT_RATE_LIMIT_RETRIES,
-  sessionMachine,
-  type SessionInput,
-  type SessionSnapshot,
-} from './sessionMachine.ts';
+import { inputFrom } from './input.ts';
+import { sessionMachine, type SessionInput, type SessionSnapshot } from './sessionMachine.ts';
+import { upcasterFor } from './upcasters.ts';
 
 export interface FoldStep {
   /** Stream sequence of the stored event, when the caller gave one. */
@@ -32,24 +29,9 @@ export interface FoldOptions {
   trace?: boolean;
 }
 
-/** The machine's input, from a conversation's first event. */
-export function inputFrom(created: Extract<StoredEvent, { type: 'conversation_created' }>): SessionInput {
-  const timeout = created.data.start_timeout_ms;
-  return {
-    conversationId: created.conversation_id,
-    user: created.data.user,
-    maxIterations: created.data.max_iterations,
-    maxBudget: created.data.max_budget ?? null,
-    maxRateLimitRetries: DEFAULT_RATE_LIMIT_RETRIES,
-    confirmationMode: created.data.confirmation_mode,
-    startDeadline: timeout === undefined ? null : Date.parse(created.ts) + timeout,
-  };
-}
-
 /**
- * One fold's steps, through a plain actor of the machine: no host provided
- * its effects (`startRuntime`, `askAgent`, `runCommand` are `setup()`'s no-op
- * placeholders), so an event only moves the state. Public xstate API only
+ * One fold's steps, through a plain actor of the machine: its actions only
+ * assign context, so an event only moves the state. Public xstate API only
  * (`createActor` with an input or a snapshot, `send`, `getSnapshot`), and as
  * fast as driving the machine's own `transition` with a hand-made actor scope.
  * xstate's `transition()` gives the same snapshots but builds a throw-away
@@ -80,7 +62,9 @@ function stepper(input: SessionInput, from?: SessionSnapshot) {
 
 /**
  * Rebuilds a session from its stored events by sending them to an actor of
- * the bare machine: no effect runs, no agent is called. Without `from`, the
+ * the machine: no effect runs, no agent is called (effects are read from the
+ * state, by the host, never run by the machine). Events written under an
+ * older machine version are upcast first. Without `from`, the
  * first event must be `conversation_created`. Accepts stored events or
  * `{seq, event}` pairs. Throws what the machine throws.
  */
@@ -89,6 +73,8 @@ export function foldEvents(
   options: FoldOptions = {},
 ): Fold {
   let fold = options.from ? stepper(options.from.context, options.from) : undefined;
+  // Events of a log written under an older machine version read as this version reads them.
+  let upcast = options.from ? upcasterFor(options.from.context.machineVersion) : null;
   let folded = 0;
   const steps: FoldStep[] = [];
   for (const item of events) {
@@ -98,10 +84,13 @@ export function foldEvents(
       if (stored.type !== 'conversation_created') {
         throw new Error(`a conversation log starts with conversation_created, not ${stored.type}`);
       }
-      fold = stepper(inputFrom(stored));
+      const input = inputFrom(stored);
+      fold = stepper(input);
+      upcast = upcasterFor(input.machineVersion);
       continue;
     }
-    const event = toSessionEvent(stored);
+    const event = toSessionEvent(upcast ? upcast(stored) : stored);
+    if (stored.type === 'machine_upgraded') upcast = upcasterFor(stored.data.to);
     if (event === null) continue;
     if (!options.trace) {
       fold.send(event);

@@ -1,7 +1,9 @@
+export { agentStateOf, isBusy, BUSY_AGENT_STATES } from './agentState.ts';
 export {
   sessionMachine,
-  agentStateOf,
   SESSION_MACHINE_VERSION,
+  UNRECORDED_MACHINE_VERSION,
+  DEFAULT_RATE_LIMIT_RETRIES,
   type SessionMachine,
   type SessionSnapshot,
   type SessionContext,
@@ -9,5 +11,19 @@ export {
   type PendingCommand,
   type Deadline,
 } from './sessionMachine.ts';
+export type { SessionTag } from './sessionSetup.ts';
 export { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
-export { foldEvents, inputFrom, type Fold, type FoldStep, type FoldOptions } from './fold.ts';
+export { foldEvents, type Fold, type FoldStep, type FoldOptions } from './fold.ts';
+export { inputFrom } from './input.ts';
+export {
+  decide,
+  DEADLINE_MESSAGES,
+  type AgentAnswer,
+  type Decision,
+  type DecisionInput,
+  type DecisionStamp,
+  type RefusalCode,
+} from './decide.ts';
+export { effectsOf, effectKey, type Effect } from './effects.ts';
+export { initialSnapshot, nextSnapshot } from './step.ts';
+export { UPCASTERS, upcasterFor, type Upcaster } from './upcasters.ts';

@@ -42,6 +42,14 @@ export const ConversationCreatedData = z.object({
     .min(1)
     .optional()
     .describe('The session reports error if it has not started this long after `ts`.'),
+  machine_version: z
+    .number()
+    .int()
+    .min(1)
+    .optional()
+    .describe(
+      'The session machine version that created the conversation (absent: 3, the last before it was recorded).',
+    ),
 });
 
 export const PassivationReason = z.enum(['close_delay', 'idle', 'capacity', 'too_many_running', 'shutdown']);
@@ -86,6 +94,13 @@ export const StoredEvent = z
       ...envelope,
       type: z.literal('change_agent_state'),
       data: z.object({ state: AgentState }).describe('A user asked for this agent state.'),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('reconnect_runtime'),
+      data: z
+        .object({})
+        .describe('A user asked for a new runtime in the same workspace (after the old one died, or from error).'),
     }),
     z.object({
       ...envelope,
@@ -137,6 +152,13 @@ export const StoredEvent = z
       data: z
         .object({ from: z.enum(['snapshot', 'log']), events_folded: z.number().int().min(0) })
         .describe('The session came back into memory.'),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('machine_upgraded'),
+      data: z
+        .object({ from: z.number().int().min(1), to: z.number().int().min(1) })
+        .describe('The session came back under a newer machine version than the one that wrote its log so far.'),
     }),
     z.object({
       ...envelope,

@@ -8,11 +8,11 @@ export class ConversationNotFoundError extends TetherError {
   }
 }
 
-/** The action is not allowed in the conversation's current state. */
+/** The decider refused the action in the conversation's current state; `message` says why. */
 export class IllegalTransitionError extends TetherError {
   readonly state: AgentState;
-  constructor(what: string, state: AgentState) {
-    super('ILLEGAL_TRANSITION', `cannot ${what} while the agent is ${state}`);
+  constructor(reason: string, state: AgentState) {
+    super('ILLEGAL_TRANSITION', reason);
     this.state = state;
   }
 }

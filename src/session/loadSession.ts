@@ -1,4 +1,10 @@
-import { foldEvents, sessionMachine, SESSION_MACHINE_VERSION, type SessionSnapshot } from '../../machines/index.ts';
+import {
+  BUSY_AGENT_STATES,
+  foldEvents,
+  sessionMachine,
+  SESSION_MACHINE_VERSION,
+  type SessionSnapshot,
+} from '../../machines/index.ts';
 import type { AgentState, LoggedEvent } from '../protocol/index.ts';
 import type { EventLog, SnapshotRecord, SnapshotStore } from '../store/index.ts';
 import type { RestoredState } from './session.ts';
@@ -81,26 +87,16 @@ function lastRecordedState(items: readonly LoggedEvent[]): AgentState | undefine
   return undefined;
 }
 
-const IDLE_STATES = new Set<AgentState>([
-  'awaiting_user_input',
-  'finished',
-  'stopped',
-  'error',
-  'rejected',
-  'paused',
-  'awaiting_user_confirmation',
-]);
-
 /**
  * Whether a conversation whose log ends with this event was in the middle of
  * something when its process died (or shut down), and must be brought back to
- * finish it by itself.
+ * finish it by itself: its last agent state is one the machine tags `busy`.
  */
 export function wasMidTask(last: LoggedEvent | undefined): boolean {
   if (!last) return false;
   const event = last.event;
-  if (event.type === 'agent_state_changed') return !IDLE_STATES.has(event.data.state);
+  if (event.type === 'agent_state_changed') return BUSY_AGENT_STATES.has(event.data.state);
   if (event.type === 'session_passivated')
-    return event.data.reason === 'shutdown' && !IDLE_STATES.has(event.data.state);
+    return event.data.reason === 'shutdown' && BUSY_AGENT_STATES.has(event.data.state);
   return event.type !== 'session_closed';
 }

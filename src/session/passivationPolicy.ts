@@ -1,4 +1,5 @@
-import type { AgentState, PassivationReason, StatusFrame } from '../protocol/index.ts';
+import type { SessionSnapshot } from '../../machines/index.ts';
+import type { PassivationReason, StatusFrame } from '../protocol/index.ts';
 import type { Session } from './session.ts';
 
 export interface PassivationLimits {
@@ -19,9 +20,6 @@ export interface PassivationHost {
   notify(conversationId: string, frame: StatusFrame): void;
 }
 
-/** States in which a session works by itself; they are never passivated for idleness. */
-const BUSY = new Set<AgentState>(['loading', 'running', 'rate_limited']);
-
 export const TOO_MANY_CONVERSATIONS: StatusFrame = {
   type: 'status',
   level: 'error',
@@ -33,16 +31,17 @@ export const TOO_MANY_CONVERSATIONS: StatusFrame = {
 
 /**
  * When sessions leave memory. Each rule is checked on a sweep (idle rules and
- * the live cap) or when a session starts running (the per-user cap).
+ * the live cap) or when a session starts running (the per-user cap). It keeps
+ * nothing of its own: busy is a machine tag, activity the time of the last
+ * stored event, and running-since a stored event's time in the machine's context.
  */
 export class PassivationPolicy {
   readonly #host: PassivationHost;
   readonly #limits: PassivationLimits;
   readonly #now: () => number;
-  readonly #runningSince = new Map<string, number>();
   #timer: NodeJS.Timeout | null = null;
 
-  constructor(host: PassivationHost, limits: PassivationLimits, now: () => number = Date.now) {
+  constructor(host: PassivationHost, limits: PassivationLimits, now: () => number) {
     this.#host = host;
     this.#limits = limits;
     this.#now = now;
@@ -71,7 +70,7 @@ export class PassivationPolicy {
     for (const session of this.#host.live()) {
       if (session.closed) continue;
       live += 1;
-      if (BUSY.has(session.state)) continue;
+      if (session.busy) continue;
       const quietFor = now - session.lastActivity;
       if (quietFor >= this.#limits.closeDelayMs && this.#host.connections(session.conversationId) === 0) {
         this.#passivate(session, 'close_delay');
@@ -89,23 +88,22 @@ export class PassivationPolicy {
     for (const session of idle.slice(0, excess)) this.#passivate(session, 'capacity');
   }
 
-  /** Called after every applied event: tracks running sessions and enforces the per-user cap. */
-  applied(session: Session, before: AgentState): void {
-    const state = session.state;
-    if (state !== 'running') {
-      if (before === 'running') this.#runningSince.delete(session.conversationId);
-      return;
-    }
-    if (before === 'running') return;
-    this.#runningSince.set(session.conversationId, this.#now());
+  /**
+   * Called after every decision: a session that just started running (its
+   * running-since changed, also when it comes back into memory running) is
+   * counted against its user's cap, and the user's oldest running ones leave.
+   */
+  applied(session: Session, before: SessionSnapshot | undefined): void {
+    const since = session.runningSince;
+    if (since === null || since === (before?.context.runningSince ?? null)) return;
     const owner = session.owner;
-    const running = [...this.#host.live()].filter(
-      (s) => !s.closed && s.owner === owner && (s.state === 'running' || s.state === 'loading'),
+    const others = [...this.#host.live()].filter(
+      (s) => s !== session && !s.closed && s.owner === owner && (s.state === 'running' || s.state === 'loading'),
     );
-    let excess = running.length - this.#limits.maxRunningPerUser;
-    const oldestFirst = running
-      .filter((s) => s !== session && s.state === 'running')
-      .sort((a, b) => this.#since(a) - this.#since(b));
+    let excess = others.length + 1 - this.#limits.maxRunningPerUser;
+    const oldestFirst = others
+      .filter((s) => s.state === 'running')
+      .sort((a, b) => (a.runningSince ?? 0) - (b.runningSince ?? 0));
     for (const victim of oldestFirst) {
       if (excess <= 0) break;
       excess -= 1;
@@ -114,16 +112,7 @@ export class PassivationPolicy {
     }
   }
 
-  forget(conversationId: string): void {
-    this.#runningSince.delete(conversationId);
-  }
-
-  #since(session: Session): number {
-    return this.#runningSince.get(session.conversationId) ?? 0;
-  }
-
   #passivate(session: Session, reason: PassivationReason): void {
-    this.#runningSince.delete(session.conversationId);
     void this.#host.passivate(session, reason);
   }
 }

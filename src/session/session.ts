@@ -1,53 +1,43 @@
-import { createActor, type Actor, type AnyActorRef } from 'xstate';
+import { createActor, type Actor } from 'xstate';
 import {
   agentStateOf,
+  decide,
   inputFrom,
+  isBusy,
   sessionMachine,
-  SESSION_MACHINE_VERSION,
   toSessionEvent,
+  type Deadline,
+  type DecisionInput,
   type SessionMachine,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import { errorFields, type Logger } from '../logger.ts';
-import type { AgentState, NewEvent, PassivationReason, RuntimeStatus, StoredEvent } from '../protocol/index.ts';
-import { EVENT_VERSION, eventBytes } from '../protocol/index.ts';
-import { VersionConflictError, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
+import type {
+  AgentState,
+  EventOf,
+  PassivationReason,
+  RuntimeStatus,
+  StoredEvent,
+  UserAction,
+} from '../protocol/index.ts';
+import type { SnapshotStore } from '../store/index.ts';
+import type { EffectDeps } from './effectRunner.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
-import { describeEvent, stateFact } from './facts.ts';
-import { SessionEffects, type SessionEffectDeps } from './sessionEffects.ts';
-import { DeadlineTimer } from './deadlineTimer.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
+import { SessionEffects } from './sessionEffects.ts';
+import { SessionLog, type SubmitResult } from './sessionLog.ts';
 
-/** Bytes of stored events a live session keeps at hand for its agent; beyond, it reads them from the log per step. */
-const HISTORY_CACHE_BYTES = 4 * 1024 * 1024;
+export type { SubmitResult } from './sessionLog.ts';
 
-/** Each live actor's effects. The machine is provided once for all sessions (a copy per session cost ~46 KiB). */
-const effectsOf = new WeakMap<AnyActorRef, SessionEffects>();
-
-const hostedMachine = sessionMachine.provide({
-  actions: {
-    // `starting` is entered only by the initial transition: the creation record (id 0) asks for the first runtime.
-    startRuntime: ({ self }) => effectsOf.get(self)?.startRuntime(0),
-    askAgent: ({ self, context }) => effectsOf.get(self)?.askAgent(context),
-    runCommand: ({ self, context }) => effectsOf.get(self)?.runCommand(context),
-  },
-});
-
-export interface SessionDeps extends SessionEffectDeps {
+export interface SessionDeps extends EffectDeps {
   snapshots: SnapshotStore;
   /** Write a snapshot every this many events (besides passivation). */
   snapshotEvery: number;
   /** How long closing waits for a session that is still starting. */
   startWaitMs: number;
-  /** Called after every stored event took effect. */
-  onApplied?: (session: Session, event: StoredEvent, before: AgentState) => void;
+  /** Called after every decision took effect, with the snapshot before it. */
+  onApplied?: (session: Session, before: SessionSnapshot | undefined) => void;
   /** Called once when the session can no longer write (conflict, store fault, close). */
   onClosed?: (session: Session, reason: string) => void;
-}
-
-export interface SubmitResult {
-  seq: number;
-  duplicate: boolean;
 }
 
 /** What a session is rebuilt from. `history` is null when it came from a snapshot (loaded on demand). */
@@ -60,67 +50,61 @@ export interface RestoredState {
   recordedState: AgentState | undefined;
 }
 
+type CreatedData = Omit<EventOf<'conversation_created'>['data'], 'machine_version'>;
+
 /**
- * One live conversation: an XState actor behind a mailbox. Every change goes
- * through `submit`: decide (the machine's `snapshot.can()` accepts the event
- * or refuses it), append to the log, then apply to the actor. Effects run
- * outside the mailbox and come back through `submit` as events.
+ * One live conversation: an XState actor behind a mailbox. Every change is
+ * one job: read the snapshot, ask the decider (`machines/decide.ts`) which
+ * events to store, append them, apply each to the actor once acknowledged,
+ * then run what the new state asks for (`effectsOf`). Effects run outside the
+ * mailbox; their results come back as decider inputs.
  */
 export class Session {
   readonly conversationId: string;
   readonly #deps: SessionDeps;
+  readonly #log: SessionLog;
   readonly #effects: SessionEffects;
-  readonly #deadline: DeadlineTimer;
   readonly #mask: Masker;
   #actor: Actor<SessionMachine> | null = null;
-  #history: StoredEvent[] | null;
-  /** Bytes of the events in `#history`: past HISTORY_CACHE_BYTES the history is read from the log when needed. */
-  #historyBytes = 0;
-  #lastSeq: number;
-  #nextEventId: number;
-  /** This conversation's events since the last snapshot (stream sequences are shared by all conversations). */
-  #sinceSnapshot = 0;
-  #runtimeStatus: RuntimeStatus = 'stopped';
   #mailbox: Promise<unknown> = Promise.resolve();
   #closed: string | null = null;
-  lastActivity = Date.now();
 
   private constructor(conversationId: string, deps: SessionDeps, restored?: RestoredState) {
     this.conversationId = conversationId;
     this.#deps = deps;
-    this.#history = restored ? restored.history : [];
-    if (this.#history) {
-      this.#historyBytes = this.#history.reduce((n, e) => n + eventBytes(e).length, 0);
-      if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
-    }
-    this.#lastSeq = restored?.lastSeq ?? 0;
-    this.#nextEventId = restored?.nextEventId ?? 0;
+    this.#log = new SessionLog(conversationId, deps, restored, (reason) => this.#markClosed(reason));
     this.#mask = secretMasker(Object.values(deps.secrets));
-    this.#effects = new SessionEffects(this, deps);
-    this.#deadline = new DeadlineTimer(deps.clock, (deadline) => this.#effects.deadlinePassed(deadline));
-    if (restored) {
-      const { context } = restored.snapshot;
-      this.#runtimeStatus = context.runtime;
-      const input = { ...context, startDeadline: null };
-      this.#actor = this.#host(createActor(hostedMachine, { snapshot: restored.snapshot, input }));
-    }
+    this.#effects = new SessionEffects(
+      {
+        conversationId,
+        history: () => this.history(),
+        decide: (input) => this.decide(input),
+        runtimeCause: () => this.snapshot?.context.runtimeCause ?? 0,
+        runtimeLost: () => this.snapshot?.context.runtimeLost ?? null,
+      },
+      deps,
+      (deadline) => void this.#deadlinePassed(deadline),
+    );
+    // From a snapshot the input is not read: the context comes with the snapshot.
+    if (restored)
+      this.#actor = createActor(sessionMachine, {
+        snapshot: restored.snapshot,
+        input: restored.snapshot.context,
+      }).start();
   }
 
-  /** A new conversation: stores its creation record, then starts the machine. */
-  static async create(
-    conversationId: string,
-    deps: SessionDeps,
-    created: Extract<NewEvent, { type: 'conversation_created' }>,
-  ): Promise<Session> {
+  /** A new conversation: stores its creation record, then starts what its first state asks for. */
+  static async create(conversationId: string, deps: SessionDeps, data: CreatedData): Promise<Session> {
     const session = new Session(conversationId, deps);
-    await session.submit(created);
+    await session.decide({ type: 'create', conversationId, data });
     return session;
   }
 
   /**
-   * A conversation brought back into memory. Stores `session_rehydrated`, then
-   * starts again what it was waiting for: a pending agent step is retried, a
-   * command that was running when the process died is reported as interrupted.
+   * A conversation brought back into memory: stores `session_rehydrated` (and
+   * a state fact a crash cut off, and `machine_upgraded` for an older log),
+   * then runs what the state asks for, as a live session would: a pending
+   * agent step is asked again, a command that was out is reported interrupted.
    */
   static async restore(
     conversationId: string,
@@ -130,87 +114,92 @@ export class Session {
     folded: number,
   ): Promise<Session> {
     const session = new Session(conversationId, deps, state);
-    const wasPassivated = state.snapshot.matches('passivated');
-    await session.#mailboxed(() => session.#repairStateFact(state.recordedState));
-    await session.submit({ source: 'environment', type: 'session_rehydrated', data: { from, events_folded: folded } });
-    if (!wasPassivated) session.#effects.resume(state.snapshot);
+    await session.decide({ type: 'rehydrate', from, folded, recordedState: state.recordedState });
     return session;
   }
 
-  get state(): AgentState {
-    return this.#actor ? agentStateOf(this.#actor.getSnapshot()) : 'loading';
+  /**
+   * Ends a conversation that is not in memory, from its loaded state: the
+   * session is rebuilt only to decide and store `session_closed` (no effect
+   * starts: an ended conversation asks for none), then closed.
+   */
+  static async endStored(
+    conversationId: string,
+    deps: SessionDeps,
+    state: RestoredState,
+    reason: string,
+  ): Promise<void> {
+    await new Session(conversationId, deps, state).#end(reason);
   }
+
   get snapshot(): SessionSnapshot | undefined {
     return this.#actor?.getSnapshot();
   }
+  get state(): AgentState {
+    const snapshot = this.snapshot;
+    return snapshot ? agentStateOf(snapshot) : 'loading';
+  }
+  /** Works by itself (starting, running, rate limited): never passivated for idleness. */
+  get busy(): boolean {
+    const snapshot = this.snapshot;
+    return snapshot ? isBusy(snapshot) : true;
+  }
   get lastSeq(): number {
-    return this.#lastSeq;
+    return this.#log.lastSeq;
+  }
+  /** Epoch ms of the last stored event (its `ts`): when the session last did anything. */
+  get lastActivity(): number {
+    return this.#log.lastActivity;
   }
   get runtimeStatus(): RuntimeStatus {
-    return this.#runtimeStatus;
+    return this.snapshot?.context.runtime ?? 'stopped';
+  }
+  /** The runtime died and no reconnect replaced it (from the log: it survives restarts). */
+  get runtimeLost(): boolean {
+    return (this.snapshot?.context.runtimeLost ?? null) !== null;
+  }
+  /** Epoch ms since which the agent is running (a stored event's time), or null. */
+  get runningSince(): number | null {
+    return this.snapshot?.context.runningSince ?? null;
   }
   /** The user who created the conversation. */
   get owner(): string | undefined {
-    return this.#actor?.getSnapshot().context.user;
+    return this.snapshot?.context.user;
   }
   get closed(): boolean {
     return this.#closed !== null;
   }
-  /** The runtime died and has not been replaced. */
-  get runtimeLost(): boolean {
-    return this.#effects.runtimeLost;
-  }
 
   /** Every stored event, oldest first; read from the log the first time after a snapshot restore. */
   history(): Promise<readonly StoredEvent[]> {
-    if (this.#history) return Promise.resolve(this.#history);
-    return this.#mailboxed(async () => {
-      if (this.#history) return this.#history;
-      const { items } = await this.#deps.log.read(this.conversationId);
-      const history = items.filter((i) => i.seq <= this.#lastSeq).map((i) => i.event);
-      const bytes = history.reduce((n, e) => n + eventBytes(e).length, 0);
-      // A long conversation's history is not kept: memory must not grow with the log.
-      if (bytes <= HISTORY_CACHE_BYTES) {
-        this.#history = history;
-        this.#historyBytes = bytes;
-      }
-      return history;
-    });
+    return this.#log.history((work) => this.#mailboxed(work));
+  }
+
+  /** A user's action. A retry with the same `clientId` is stored once. */
+  act(action: UserAction, clientId?: string): Promise<SubmitResult> {
+    return this.#mailboxed(() => this.#decideAndApply({ type: 'user_action', action }, clientId));
   }
 
   /**
-   * Stores the event and, once JetStream acknowledged it, applies it. Rejects
-   * with IllegalTransitionError when the machine refuses it (nothing stored).
+   * Decides, stores and applies one input. Rejects with IllegalTransitionError
+   * when the decider refuses it (nothing stored).
    */
-  submit(event: NewEvent, msgId?: string): Promise<SubmitResult> {
-    return this.#mailboxed(() => this.#apply(event, msgId));
-  }
-
-  /** Replaces the runtime with a fresh one in the same workspace. */
-  reconnectRuntime(): Promise<void> {
-    if (this.#closed !== null) return Promise.reject(new SessionClosedError(this.conversationId, this.#closed));
-    return this.#effects.reconnect();
+  decide(input: DecisionInput): Promise<SubmitResult> {
+    return this.#mailboxed(() => this.#decideAndApply(input));
   }
 
   /**
-   * Leaves memory: effects stop, a command still running is recorded as
-   * interrupted, `session_passivated` is stored and a snapshot written. A
-   * session still starting is waited for (bounded by `startWaitMs`).
+   * Leaves memory: effects stop, then the decider's passivation is stored (a
+   * command still out recorded as interrupted, the runtime as stopped,
+   * `session_passivated`) and a snapshot written. A session still starting is
+   * waited for (bounded by `startWaitMs`).
    */
   async passivate(reason: PassivationReason): Promise<void> {
     await this.#waitForStart();
     if (this.#closed !== null) return;
     await this.#effects.stop(`passivated (${reason})`);
     await this.#mailboxed(async () => {
-      const snapshot = this.#actor?.getSnapshot();
-      const pending = snapshot?.context.pendingCommand;
-      if (pending && !snapshot?.matches({ active: 'awaiting_user_confirmation' })) {
-        await this.#apply(this.#effects.interrupted(pending, 'the session left memory before this command finished'));
-      }
-      if (this.#runtimeStatus !== 'stopped') {
-        await this.#apply({ source: 'environment', type: 'runtime_status', data: { status: 'stopped' } });
-      }
-      await this.#apply({ source: 'environment', type: 'session_passivated', data: { reason, state: this.state } });
+      await this.#decideAndApply({ type: 'passivate', reason });
       // Closed in this same job: an action queued behind it is refused as
       // "closed" and goes to the session that comes back, never to this one.
       this.#markClosed(`passivated (${reason})`);
@@ -230,25 +219,10 @@ export class Session {
     await this.#end(reason);
   }
 
-  /**
-   * Ends a conversation that is not in memory, from its loaded state: the
-   * session is rebuilt only to decide and store `session_closed` (nothing is
-   * resumed, no effect starts), then closed.
-   */
-  static async endStored(
-    conversationId: string,
-    deps: SessionDeps,
-    state: RestoredState,
-    reason: string,
-  ): Promise<void> {
-    await new Session(conversationId, deps, state).#end(reason);
-  }
-
-  /** Stops the actor, timers and the runtime. Pending and later submits are refused. */
+  /** Stops the actor, timers and the runtime. Pending and later inputs are refused. */
   async close(reason = 'closed'): Promise<void> {
     await this.#waitForStart();
     this.#markClosed(reason);
-    this.#deadline.clear();
     await this.#mailbox;
     this.#actor?.stop();
     await this.#effects.stop(reason);
@@ -256,164 +230,93 @@ export class Session {
 
   async #end(reason: string): Promise<void> {
     try {
-      await this.submit({ source: 'environment', type: 'session_closed', data: { reason } });
+      await this.decide({ type: 'close', reason });
     } finally {
       await this.close(reason);
     }
   }
 
-  async #apply(proposal: NewEvent, msgId?: string): Promise<SubmitResult> {
+  /** Read, decide, append, apply: the only way anything changes. */
+  async #decideAndApply(input: DecisionInput, msgId?: string): Promise<SubmitResult> {
     if (this.#closed !== null) throw new SessionClosedError(this.conversationId, this.#closed);
+    const before = this.snapshot;
     // Secrets reach the runtime's environment, never the log (nor, so, any frame or REST answer).
-    const input = this.#stamp(this.#mask(proposal), this.#nextEventId);
-    const machineEvent = toSessionEvent(input);
-    const before = this.#actor?.getSnapshot();
-    if (machineEvent && before && !before.can(machineEvent)) {
-      const duplicate = msgId === undefined ? null : await this.#probeDuplicate(input, msgId);
-      if (duplicate) return duplicate;
-      const refusal = new IllegalTransitionError(describeEvent(machineEvent), agentStateOf(before));
-      this.#debugLog?.debug('refused', {
-        conversation_id: this.conversationId,
-        input: `${input.source} ${input.type}`,
-        machine_event: machineEvent.type,
-        state: agentStateOf(before),
-        reason: refusal.message,
-      });
-      throw refusal;
-    }
-    const first = await this.#append(input, msgId);
-    if (first.duplicate) return first;
-    if (input.type === 'runtime_status') this.#runtimeStatus = input.data.status;
-    if (input.type === 'conversation_created') {
-      this.#actor = this.#host(createActor(hostedMachine, { input: inputFrom(input) }));
-    } else if (machineEvent) {
-      this.#actor?.send(machineEvent);
-    }
-    const after = this.#actor?.getSnapshot();
-    this.#afterApply(input, before ? agentStateOf(before) : 'loading');
-    // The state fact is derived: it records where the stored event led, right
-    // after it and before any effect's result (effects run after this job).
-    const fact = before && after ? stateFact(before, after) : null;
-    this.#debugLog?.debug('decided', {
-      conversation_id: this.conversationId,
-      input: `${input.source} ${input.type}`,
-      machine_event: machineEvent?.type ?? null,
-      from: before ? agentStateOf(before) : 'loading',
-      to: this.state,
-      events: fact ? [input.type, fact.type] : [input.type],
+    const decision = decide(before, this.#mask(input), {
+      conversationId: this.conversationId,
+      nextEventId: this.#log.nextEventId,
+      now: this.#deps.clock(),
     });
-    if (fact) {
-      await this.#append(this.#stamp({ ...fact, cause: input.id }, this.#nextEventId));
-      this.#maybeSnapshot();
-    }
-    return first;
-  }
-
-  #afterApply(event: StoredEvent, before: AgentState): void {
-    this.lastActivity = Date.now();
-    const snapshot = this.#actor?.getSnapshot();
-    // A conversation that ended (the machine's final state) waits for nothing.
-    if (snapshot) this.#deadline.arm(snapshot.status === 'active' ? snapshot.context.deadline : null);
-    this.#deps.onApplied?.(this, event, before);
-    this.#maybeSnapshot();
-  }
-
-  /**
-   * Writes a periodic snapshot. Only called where the actor's state matches the
-   * log up to `#lastSeq`: after an event is applied, or after its state fact.
-   */
-  #maybeSnapshot(): void {
-    if (this.#sinceSnapshot < this.#deps.snapshotEvery) return;
-    // An ended conversation is about to be purged: a snapshot written now could outlive it.
-    if (this.#actor?.getSnapshot().status !== 'active') return;
-    void this.#writeSnapshot().catch((err) =>
-      this.#deps.logger.warn('snapshot failed', { conversation_id: this.conversationId, ...errorFields(err) }),
-    );
-  }
-
-  /** Appends one event; any fault other than a refused duplicate closes the session so it is reloaded from the log. */
-  async #append(event: StoredEvent, msgId?: string): Promise<SubmitResult> {
-    try {
-      const result = await this.#deps.log.append(event, { expectedLastSeq: this.#lastSeq, msgId });
-      this.#debugLog?.debug(result.duplicate ? 'append was a duplicate: stored once already' : 'appended', {
-        conversation_id: this.conversationId,
-        event_id: event.id,
-        type: event.type,
-        seq: result.seq,
+    if (!decision.ok) {
+      const duplicate = msgId === undefined ? null : await this.#log.probeDuplicate(msgId);
+      if (duplicate) return duplicate;
+      this.#log.debug('refused', {
+        input: inputName(input),
+        code: decision.code,
+        state: decision.state,
+        reason: decision.reason,
       });
+      if (decision.code === 'ENDED') throw new SessionClosedError(this.conversationId, decision.reason);
+      throw new IllegalTransitionError(decision.reason, decision.state);
+    }
+    this.#log.debug('decided', {
+      input: inputName(input),
+      from: this.state,
+      to: agentStateOf(decision.snapshot),
+      events: decision.events.map((e) => e.type),
+    });
+    let first: SubmitResult | undefined;
+    for (const event of decision.events) {
+      const result = await this.#log.append(event, first === undefined ? msgId : undefined);
+      // A retried action stored once already: nothing of this decision is stored.
       if (result.duplicate) return result;
-      this.#lastSeq = result.seq;
-      this.#nextEventId = event.id + 1;
-      this.#sinceSnapshot += 1;
-      if (this.#history) {
-        this.#history.push(event);
-        this.#historyBytes += eventBytes(event).length;
-        if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
-      }
-      this.#deps.feed.publishEvent(this.conversationId, { seq: result.seq, event });
-      return result;
-    } catch (err) {
-      const reason = err instanceof VersionConflictError ? 'another writer appended to it' : 'the event log failed';
-      this.#markClosed(reason);
-      this.#deps.logger.error('append failed; session closed', {
-        conversation_id: this.conversationId,
-        ...errorFields(err),
-      });
-      throw err instanceof VersionConflictError
-        ? new SessionClosedError(this.conversationId, reason, { cause: err })
-        : err;
+      first ??= result;
+      this.#apply(event);
     }
+    this.#afterDecision(before);
+    return first!;
   }
 
-  /**
-   * A retried action may be refused by the state its first attempt produced.
-   * Ask the log whether the msgId was stored: JetStream checks dedupe before
-   * the expected sequence, so an append expecting an impossible sequence
-   * answers a duplicate with its original seq and stores nothing otherwise.
-   */
-  async #probeDuplicate(event: StoredEvent, msgId: string): Promise<SubmitResult | null> {
+  /** Persist, then apply: called for each event once JetStream acknowledged it. */
+  #apply(event: StoredEvent): void {
+    if (event.type === 'conversation_created') {
+      this.#actor = createActor(sessionMachine, { input: inputFrom(event) }).start();
+      return;
+    }
+    const machineEvent = toSessionEvent(event);
+    if (machineEvent) this.#actor?.send(machineEvent);
+  }
+
+  #afterDecision(before: SessionSnapshot | undefined): void {
+    const snapshot = this.snapshot;
+    if (!snapshot) return;
+    this.#deps.onApplied?.(this, before);
+    // What the new state asks for, run the same way as after a fold.
+    if (this.#closed === null) this.#effects.follow(snapshot);
+    if (this.#log.snapshotDue && snapshot.status === 'active') this.#snapshotLater();
+  }
+
+  async #deadlinePassed(deadline: Deadline): Promise<void> {
     try {
-      const result = await this.#deps.log.append(event, { expectedLastSeq: Number.MAX_SAFE_INTEGER, msgId });
-      if (result.duplicate) {
-        this.#debugLog?.debug('a retried action was stored once already', {
-          conversation_id: this.conversationId,
-          type: event.type,
-          seq: result.seq,
-        });
-      }
-      return result.duplicate ? result : null;
+      await this.decide({ type: 'deadline', name: deadline.name });
     } catch (err) {
-      if (err instanceof VersionConflictError) return null;
-      throw err;
+      // A deadline the state no longer keeps (it moved on meanwhile) is refused: nothing to do.
+      if (!(err instanceof IllegalTransitionError || err instanceof SessionClosedError)) throw err;
     }
   }
 
-  /** After a crash between an event and its state fact, the log can lag the fold by one fact. */
-  async #repairStateFact(recorded: AgentState | undefined): Promise<void> {
-    const state = this.state;
-    if (recorded === undefined || recorded === state) return;
-    await this.#append(
-      this.#stamp({ source: 'environment', type: 'agent_state_changed', data: { state } }, this.#nextEventId),
-    );
+  /** Writes a periodic snapshot; an ended conversation (about to be purged) gets none. */
+  #snapshotLater(): void {
+    void this.#writeSnapshot().catch((err) => this.#log.warn('snapshot failed', err));
   }
 
   async #writeSnapshot(): Promise<void> {
     const actor = this.#actor;
-    if (!actor || this.#lastSeq === 0) return;
-    const record: SnapshotRecord = {
-      conversation_id: this.conversationId,
-      machine_version: SESSION_MACHINE_VERSION,
-      seq: this.#lastSeq,
-      next_event_id: this.#nextEventId,
-      snapshot: actor.getPersistedSnapshot(),
-    };
-    this.#sinceSnapshot = 0;
-    await this.#deps.snapshots.put(record);
+    if (actor) await this.#log.writeSnapshot(actor.getPersistedSnapshot());
   }
 
   async #waitForStart(): Promise<void> {
-    const until = Date.now() + this.#deps.startWaitMs;
-    while (this.state === 'loading' && this.#closed === null && Date.now() < until) {
+    const until = performance.now() + this.#deps.startWaitMs;
+    while (this.state === 'loading' && this.#closed === null && performance.now() < until) {
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   }
@@ -424,36 +327,15 @@ export class Session {
     return job;
   }
 
-  #stamp(event: NewEvent, id: number): StoredEvent {
-    const { source, type, cause, data } = event;
-    // Envelope first, so the stored JSON reads in the order of the contract.
-    return {
-      v: EVENT_VERSION,
-      id,
-      conversation_id: this.conversationId,
-      ts: this.#deps.clock().toISOString(),
-      source,
-      type,
-      ...(cause !== undefined && { cause }),
-      data,
-    } as StoredEvent;
-  }
-
-  /** Binds the actor to this session's effects, then starts it (the initial state's entry may ask for one). */
-  #host(actor: Actor<SessionMachine>): Actor<SessionMachine> {
-    effectsOf.set(actor, this.#effects);
-    return actor.start();
-  }
-
-  /** The logger when it writes debug lines: `this.#debugLog?.debug(m, {...})` builds no fields otherwise. */
-  get #debugLog(): Logger | undefined {
-    return this.#deps.logger.isDebug ? this.#deps.logger : undefined;
-  }
-
   #markClosed(reason: string): void {
     if (this.#closed !== null) return;
     this.#closed = reason;
-    this.#deadline.clear();
+    this.#effects.clearDeadline();
     this.#deps.onClosed?.(this, reason);
   }
+}
+
+/** An input in a word or two, for debug lines: `user message`, `agent_answered`, `passivate`... */
+function inputName(input: DecisionInput): string {
+  return input.type === 'user_action' ? `user ${input.action.type}` : input.type;
 }

@@ -6,7 +6,6 @@ import type {
   AgentState,
   ConversationInfo,
   CreateConversationBody,
-  NewEvent,
   PassivationReason,
   UserAction,
 } from '../protocol/index.ts';
@@ -90,6 +89,7 @@ export class SessionManager {
         notify: (id, frame) => this.feed.publishStatus(id, frame),
       },
       this.limits,
+      () => this.#clock().getTime(),
     );
     this.#policy.start();
   }
@@ -98,20 +98,16 @@ export class SessionManager {
     const conversationId = this.#deps.newId?.() ?? randomUUID().replaceAll('-', '');
     this.#secrets.set(conversationId, body.secrets);
     const session = await Session.create(conversationId, this.#sessionDeps(conversationId), {
-      source: 'user',
-      type: 'conversation_created',
-      data: {
-        user,
-        ...(body.initial_message !== undefined && { initial_message: body.initial_message }),
-        confirmation_mode: body.confirmation_mode,
-        max_iterations: body.max_iterations,
-        ...(body.max_budget !== undefined && { max_budget: body.max_budget }),
-        ...(body.instructions !== undefined && { instructions: body.instructions }),
-        secret_names: Object.keys(body.secrets),
-        replay: body.replay !== undefined,
-        ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
-        start_timeout_ms: this.limits.startTimeoutMs,
-      },
+      user,
+      ...(body.initial_message !== undefined && { initial_message: body.initial_message }),
+      confirmation_mode: body.confirmation_mode,
+      max_iterations: body.max_iterations,
+      ...(body.max_budget !== undefined && { max_budget: body.max_budget }),
+      ...(body.instructions !== undefined && { instructions: body.instructions }),
+      secret_names: Object.keys(body.secrets),
+      replay: body.replay !== undefined,
+      ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
+      start_timeout_ms: this.limits.startTimeoutMs,
     });
     this.#live.set(conversationId, session);
     await this.#deps.conversations.put({
@@ -120,7 +116,7 @@ export class SessionManager {
       created_at: this.#clock().toISOString(),
     });
     if (body.initial_message !== undefined) {
-      await session.submit({ source: 'user', type: 'message', data: { content: body.initial_message } });
+      await session.act({ type: 'message', content: body.initial_message });
     }
     return { conversation_id: conversationId };
   }
@@ -162,8 +158,9 @@ export class SessionManager {
   }
 
   /**
-   * A client (re)connects: the live session, and a new runtime when the old one
-   * died (a page refresh is how users fix a dead runtime).
+   * A client (re)connects: the live session, and a new runtime when its log
+   * says the old one died (a page refresh is how users fix a dead runtime):
+   * a stored user `reconnect_runtime`, decided like any action.
    */
   async connect(conversationId: string, user: string): Promise<Session> {
     return this.#revive(await this.session(conversationId, user));
@@ -174,12 +171,8 @@ export class SessionManager {
     for (let attempt = 0; ; attempt++) {
       const session = await this.session(conversationId, user);
       try {
-        if (action.type === 'reconnect_runtime') {
-          await session.reconnectRuntime();
-          return { seq: session.lastSeq, duplicate: false };
-        }
         // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
-        return await session.submit(proposalFor(action), clientId);
+        return await session.act(action, clientId);
       } catch (err) {
         if (!(err instanceof SessionClosedError) || attempt >= 2 || !this.#leaving.has(conversationId)) throw err;
       }
@@ -225,7 +218,6 @@ export class SessionManager {
       }),
     );
     this.#live.delete(conversationId);
-    this.#policy.forget(conversationId);
     await session?.close('deleted');
     await this.#deps.log.purge(conversationId);
     await this.#deps.snapshots.delete(conversationId);
@@ -289,7 +281,7 @@ export class SessionManager {
   #revive(session: Session): Session {
     if (session.runtimeLost) {
       this.#logger.info('reconnecting a dead runtime', { conversation_id: session.conversationId });
-      void session.reconnectRuntime().catch((err) =>
+      void session.act({ type: 'reconnect_runtime' }).catch((err) =>
         this.#logger.warn('runtime reconnect failed', {
           conversation_id: session.conversationId,
           ...errorFields(err),
@@ -344,22 +336,11 @@ export class SessionManager {
       logger: this.#logger,
       secrets: this.#secrets.get(conversationId) ?? {},
       commandTimeoutMs: this.#deps.commandTimeoutMs,
-      onApplied: (session, _event, before) => this.#policy.applied(session, before),
+      onApplied: (session, before) => this.#policy.applied(session, before),
       onClosed: (session) => {
         if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId))
           this.#live.delete(conversationId);
       },
     };
-  }
-}
-
-function proposalFor(action: Exclude<UserAction, { type: 'reconnect_runtime' }>): NewEvent {
-  switch (action.type) {
-    case 'message':
-      return { source: 'user', type: 'message', data: { content: action.content } };
-    case 'run':
-      return { source: 'user', type: 'command', data: { command: action.command } };
-    case 'change_agent_state':
-      return { source: 'user', type: 'change_agent_state', data: { state: action.state } };
   }
 }

@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { initialTransition, transition } from 'xstate';
-import { agentStateOf, sessionMachine, type SessionEvent, type SessionSnapshot } from '../../machines/index.ts';
+import {
+  agentStateOf,
+  BUSY_AGENT_STATES,
+  effectsOf,
+  isBusy,
+  sessionMachine,
+  type SessionEvent,
+  type SessionSnapshot,
+} from '../../machines/index.ts';
 
 const input = {
   conversationId: 'c1',
@@ -12,10 +20,6 @@ const input = {
   startDeadline: null,
 };
 
-function actionTypes(actions: Array<{ type: string }>): string[] {
-  return actions.map((a) => a.type).filter((t) => !t.startsWith('xstate.'));
-}
-
 function run(events: SessionEvent[], start?: SessionSnapshot): SessionSnapshot {
   let snapshot = start ?? initialTransition(sessionMachine, input)[0];
   for (const event of events) [snapshot] = transition(sessionMachine, snapshot, event);
@@ -26,10 +30,11 @@ const connected: SessionEvent = { type: 'runtime.connected', eventId: 1 };
 
 describe('session machine as pure functions', () => {
   it('starts in loading and asks the host to start the runtime', () => {
-    const [snapshot, actions] = initialTransition(sessionMachine, input);
+    const [snapshot] = initialTransition(sessionMachine, input);
     expect(snapshot.value).toEqual({ starting: 'creating' });
     expect(agentStateOf(snapshot)).toBe('loading');
-    expect(actionTypes(actions)).toContain('startRuntime');
+    // Cause 0: the runtime the creation record asks for.
+    expect(effectsOf(snapshot)).toEqual([{ type: 'start_runtime', cause: 0 }]);
   });
 
   it('waits for the user once the runtime connects without an initial message', () => {
@@ -40,34 +45,30 @@ describe('session machine as pure functions', () => {
   it('runs the agent on connect when a message arrived while starting', () => {
     let snapshot = run([{ type: 'user.message', eventId: 1 }]);
     expect(agentStateOf(snapshot)).toBe('loading');
-    const [next, actions] = transition(sessionMachine, snapshot, { type: 'runtime.connected', eventId: 2 });
-    expect(next.context.deadline).toBeNull();
-    snapshot = next;
+    snapshot = run([{ type: 'runtime.connected', eventId: 2 }], snapshot);
+    expect(snapshot.context.deadline).toBeNull();
     expect(agentStateOf(snapshot)).toBe('running');
-    expect(actionTypes(actions)).toContain('askAgent');
     // The step answers the message that waited, not the runtime event that let it start.
     expect(snapshot.context.stepCause).toBe(1);
+    expect(effectsOf(snapshot)).toEqual([{ type: 'ask_agent', cause: 1 }]);
   });
 
   it('goes running on a user message and back to awaiting on the answer to that step', () => {
-    const [running, actions] = transition(sessionMachine, run([connected]), { type: 'user.message', eventId: 2 });
+    const running = run([connected, { type: 'user.message', eventId: 2 }]);
     expect(agentStateOf(running)).toBe('running');
-    expect(actionTypes(actions)).toEqual(expect.arrayContaining(['askAgent']));
+    expect(effectsOf(running)).toContainEqual({ type: 'ask_agent', cause: 2 });
     const answered = run([{ type: 'agent.message', eventId: 3, cause: 2 }], running);
     expect(agentStateOf(answered)).toBe('awaiting_user_input');
+    expect(effectsOf(answered)).toEqual([]);
   });
 
   it('takes another step when the agent says it goes on, caused by that message, within the iteration limit', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }]);
-    const [again, actions] = transition(sessionMachine, running, {
-      type: 'agent.message',
-      eventId: 3,
-      cause: 2,
-      goesOn: true,
-    });
+    const again = run([{ type: 'agent.message', eventId: 3, cause: 2, goesOn: true }], running);
     expect(agentStateOf(again)).toBe('running');
-    expect(actionTypes(actions)).toContain('askAgent');
     expect(again.context.stepCause).toBe(3);
+    // A new step: asked again under a new cause, so the host asks once more.
+    expect(effectsOf(again)).toEqual([{ type: 'ask_agent', cause: 3 }]);
     const third = run([{ type: 'agent.message', eventId: 4, cause: 3, goesOn: true }], again);
     expect(third.context.iterations).toBe(3);
     // input.maxIterations is 3: a fourth step would pass the limit.
@@ -87,32 +88,22 @@ describe('session machine as pure functions', () => {
 
   it('runs an agent command, then asks the agent again with the observation', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }]);
-    const [executing, actions] = transition(sessionMachine, running, {
-      type: 'agent.run',
-      eventId: 3,
-      cause: 2,
-      command: 'ls',
-      risky: false,
-    });
-    expect(actionTypes(actions)).toContain('runCommand');
+    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false }], running);
+    expect(effectsOf(executing)).toEqual([{ type: 'run_command', cause: 3, command: 'ls' }]);
     expect(executing.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'ls' });
-    const [after, next] = transition(sessionMachine, executing, { type: 'command.finished', eventId: 4, cause: 3 });
+    const after = run([{ type: 'command.finished', eventId: 4, cause: 3 }], executing);
     expect(agentStateOf(after)).toBe('running');
-    expect(actionTypes(next)).toContain('askAgent');
+    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 4 }]);
     expect(after.context.pendingCommand).toBeNull();
     expect(after.context.stepCause).toBe(4);
   });
 
   it('returns to awaiting after a user command without asking the agent', () => {
-    const [executing, actions] = transition(sessionMachine, run([connected]), {
-      type: 'user.run',
-      eventId: 2,
-      command: 'pwd',
-    });
-    expect(actionTypes(actions)).toEqual(['runCommand']);
-    const [after, next] = transition(sessionMachine, executing, { type: 'command.finished', eventId: 3, cause: 2 });
+    const executing = run([connected, { type: 'user.run', eventId: 2, command: 'pwd' }]);
+    expect(effectsOf(executing)).toEqual([{ type: 'run_command', cause: 2, command: 'pwd' }]);
+    const after = run([{ type: 'command.finished', eventId: 3, cause: 2 }], executing);
     expect(agentStateOf(after)).toBe('awaiting_user_input');
-    expect(actionTypes(next)).not.toContain('askAgent');
+    expect(effectsOf(after)).toEqual([]);
   });
 
   // Found by a fresh property-test seed (passivation equivalence, seed 5): the output was refused,
@@ -127,16 +118,22 @@ describe('session machine as pure functions', () => {
     const thinking = run([{ type: 'user.message', eventId: 4 }], stopped);
     expect(thinking.value).toEqual({ active: { running: 'thinking' } });
     const output = { type: 'command.finished', eventId: 5, cause: 2 } as const;
-    for (const busy of [
-      thinking,
-      run([{ type: 'agent.finish', eventId: 5, cause: 4 }], thinking),
-      run([{ type: 'agent.rate_limited', eventId: 5, cause: 4, reason: 'slow down', retryAt: 9_000 }], thinking),
-    ]) {
+    for (const [busy, asks] of [
+      // Still the step the message started: the same ask, nothing new.
+      [thinking, [{ type: 'ask_agent', cause: 4 }]],
+      [run([{ type: 'agent.finish', eventId: 5, cause: 4 }], thinking), []],
+      [
+        run([{ type: 'agent.rate_limited', eventId: 5, cause: 4, reason: 'slow down', retryAt: 9_000 }], thinking),
+        [{ type: 'wake_at', deadline: { name: 'retry', at: 9_000 } }],
+      ],
+    ] as const) {
       expect(busy.can(output), JSON.stringify(busy.value)).toBe(true);
-      const [after, actions] = transition(sessionMachine, busy, output);
+      const after = run([output], busy);
       expect(after.value).toEqual(busy.value);
       expect(after.context.pendingCommand).toBeNull();
-      expect(actionTypes(actions)).toEqual([]);
+      // Recording the output asks for nothing: no command, no new step.
+      expect(effectsOf(busy), JSON.stringify(busy.value)).toEqual(asks);
+      expect(effectsOf(after), JSON.stringify(busy.value)).toEqual(asks);
     }
     // Only the pending command's output: any other is still refused.
     expect(thinking.can({ ...output, cause: 3 })).toBe(false);
@@ -144,9 +141,9 @@ describe('session machine as pure functions', () => {
 
   it('takes another step when a user message arrived during the step, answering that message', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }, { type: 'user.message', eventId: 3 }]);
-    const [after, actions] = transition(sessionMachine, running, { type: 'agent.message', eventId: 4, cause: 2 });
+    const after = run([{ type: 'agent.message', eventId: 4, cause: 2 }], running);
     expect(agentStateOf(after)).toBe('running');
-    expect(actionTypes(actions)).toContain('askAgent');
+    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 3 }]);
     expect(after.context.iterations).toBe(2);
     expect(after.context.stepCause).toBe(3);
   });
@@ -207,6 +204,24 @@ describe('session machine: the rest of the lifecycle', () => {
     expect(agentStateOf(run([{ type: 'runtime.connected', eventId: 3 }], snapshot))).toBe('awaiting_user_input');
   });
 
+  it('takes every runtime step from any starting sub-state', () => {
+    const settingUp = run([{ type: 'runtime.setting_up', eventId: 1 }]);
+    expect(settingUp.value).toEqual({ starting: 'setting_up' });
+    const again = run([{ type: 'runtime.starting', eventId: 2 }], settingUp);
+    expect(again.value).toEqual({ starting: 'creating' });
+    expect(again.context.runtime).toBe('starting');
+    expect(run([{ type: 'runtime.connecting', eventId: 2 }], settingUp).value).toEqual({ starting: 'connecting' });
+    // Still the runtime the creation asked for.
+    expect(effectsOf(again)).toEqual([{ type: 'start_runtime', cause: 0 }]);
+  });
+
+  it("takes only the pending command's output while executing", () => {
+    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false }], thinking());
+    expect(executing.can({ type: 'command.finished', eventId: 4, cause: 2 })).toBe(false);
+    expect(executing.can({ type: 'command.finished', eventId: 4, cause: 99 })).toBe(false);
+    expect(executing.can({ type: 'command.finished', eventId: 4, cause: 3 })).toBe(true);
+  });
+
   it('reports error with a reason when the start deadline passes, and not before', () => {
     const [start] = initialTransition(sessionMachine, { ...input, startDeadline: 1000 });
     const early = {
@@ -216,23 +231,25 @@ describe('session machine: the rest of the lifecycle', () => {
       at: 999,
       reason: 'did not start in time',
     } as const;
+    expect(effectsOf(start)).toEqual([
+      { type: 'start_runtime', cause: 0 },
+      { type: 'wake_at', deadline: { name: 'start', at: 1000 } },
+    ]);
     expect(start.can(early)).toBe(false);
     const late = run([{ ...early, at: 1000 }], start);
     expect(agentStateOf(late)).toBe('error');
     expect(late.context.error).toBe('did not start in time');
+    expect(effectsOf(late)).toEqual([]);
   });
 
   it('pauses a running agent, refuses the abandoned step, and resumes with a new step', () => {
     const paused = run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], thinking());
     expect(agentStateOf(paused)).toBe('paused');
     expect(paused.can({ type: 'agent.message', eventId: 4, cause: 2 })).toBe(false);
-    const [resumed, actions] = transition(sessionMachine, paused, {
-      type: 'user.change_state',
-      eventId: 4,
-      state: 'running',
-    });
+    expect(effectsOf(paused)).toEqual([]);
+    const resumed = run([{ type: 'user.change_state', eventId: 4, state: 'running' }], paused);
     expect(agentStateOf(resumed)).toBe('running');
-    expect(actionTypes(actions)).toContain('askAgent');
+    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 4 }]);
     expect(resumed.context.stepCause).toBe(4);
   });
 
@@ -241,13 +258,10 @@ describe('session machine: the rest of the lifecycle', () => {
     snapshot = run([{ type: 'user.change_state', eventId: 4, state: 'paused' }], snapshot);
     snapshot = run([{ type: 'command.finished', eventId: 5, cause: 3 }], snapshot);
     expect(snapshot.context.pendingCommand).toBeNull();
-    const [resumed, actions] = transition(sessionMachine, snapshot, {
-      type: 'user.change_state',
-      eventId: 6,
-      state: 'running',
-    });
+    const resumed = run([{ type: 'user.change_state', eventId: 6, state: 'running' }], snapshot);
     expect(resumed.value).toEqual({ active: { running: 'thinking' } });
-    expect(actionTypes(actions)).not.toContain('runCommand');
+    // A new step, and no command: `make` is not run again.
+    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 6 }]);
   });
 
   it('asks for confirmation of a risky command in confirmation mode and runs it only when confirmed', () => {
@@ -261,16 +275,14 @@ describe('session machine: the rest of the lifecycle', () => {
       start,
     );
     expect(agentStateOf(asked)).toBe('awaiting_user_confirmation');
-    const [confirmed, actions] = transition(sessionMachine, asked, {
-      type: 'user.change_state',
-      eventId: 4,
-      state: 'user_confirmed',
-    });
-    expect(actionTypes(actions)).toContain('runCommand');
+    expect(effectsOf(asked)).toEqual([]);
+    const confirmed = run([{ type: 'user.change_state', eventId: 4, state: 'user_confirmed' }], asked);
+    expect(effectsOf(confirmed)).toEqual([{ type: 'run_command', cause: 3, command: 'rm -rf build' }]);
     expect(agentStateOf(confirmed)).toBe('running');
     const rejected = run([{ type: 'user.change_state', eventId: 4, state: 'user_rejected' }], asked);
     expect(agentStateOf(rejected)).toBe('rejected');
     expect(rejected.context.pendingCommand).toBeNull();
+    expect(effectsOf(rejected)).toEqual([]);
   });
 
   it('runs a risky command at once when confirmation mode is off', () => {
@@ -288,15 +300,10 @@ describe('session machine: the rest of the lifecycle', () => {
     );
     expect(agentStateOf(limited)).toBe('rate_limited');
     expect(limited.context.deadline).toEqual({ name: 'retry', at: 5000 });
-    const [retried, actions] = transition(sessionMachine, limited, {
-      type: 'deadline.passed',
-      eventId: 4,
-      name: 'retry',
-      at: 5001,
-      reason: 'retry',
-    });
+    expect(effectsOf(limited)).toEqual([{ type: 'wake_at', deadline: { name: 'retry', at: 5000 } }]);
+    const retried = run([{ type: 'deadline.passed', eventId: 4, name: 'retry', at: 5001, reason: 'retry' }], limited);
     expect(agentStateOf(retried)).toBe('running');
-    expect(actionTypes(actions)).toContain('askAgent');
+    expect(effectsOf(retried)).toEqual([{ type: 'ask_agent', cause: 4 }]);
     expect(retried.context.deadline).toBeNull();
   });
 
@@ -321,10 +328,11 @@ describe('session machine: the rest of the lifecycle', () => {
   it('comes back running and asks again for the step it was passivated in, without counting it again', () => {
     const away = run([{ type: 'session.passivate', eventId: 3, reason: 'too_many_running' }], thinking());
     expect(agentStateOf(away)).toBe('running');
-    const [back, actions] = transition(sessionMachine, away, { type: 'session.rehydrate', eventId: 4 });
+    expect(effectsOf(away)).toEqual([]);
+    const back = run([{ type: 'session.rehydrate', eventId: 4 }], away);
     expect(back.value).toEqual({ active: { running: 'thinking' } });
-    expect(actionTypes(actions)).toContain('askAgent');
     // The retried step still answers the message it was asked about, and is the same iteration.
+    expect(effectsOf(back)).toEqual([{ type: 'ask_agent', cause: 2 }]);
     expect(back.context.stepCause).toBe(2);
     expect(back.context.iterations).toBe(away.context.iterations);
   });
@@ -361,9 +369,10 @@ describe('session machine: limits', () => {
     snapshot = run([{ type: 'command.finished', eventId: 8, cause: 7 }], snapshot);
     expect(agentStateOf(snapshot)).toBe('error');
     expect(snapshot.context.error).toMatch(/spent \$1\.2000, its budget is \$1\.0000/);
-    const [resumed, actions] = transition(sessionMachine, snapshot, { type: 'user.message', eventId: 9 });
+    expect(effectsOf(snapshot)).toEqual([]);
+    const resumed = run([{ type: 'user.message', eventId: 9 }], snapshot);
     expect(agentStateOf(resumed)).toBe('running');
-    expect(actionTypes(actions)).toContain('askAgent');
+    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 9 }]);
     expect(resumed.context.maxBudget).toBeCloseTo(2.2);
   });
 
@@ -421,5 +430,163 @@ describe('session machine: limits', () => {
     );
     expect(agentStateOf(snapshot)).toBe('error');
     expect(snapshot.context.error).toMatch(/rate limited 3 times/);
+  });
+});
+
+const disconnected: SessionEvent = { type: 'runtime.disconnected', eventId: 1, reason: 'bash exited' };
+
+describe('session machine: losing the runtime and reconnecting', () => {
+  it('refuses a reconnect while starting, and in an active state whose runtime is not lost', () => {
+    const [start] = initialTransition(sessionMachine, input);
+    expect(start.can({ type: 'user.reconnect_runtime', eventId: 1 })).toBe(false);
+    expect(run([{ type: 'runtime.connecting', eventId: 1 }]).can({ type: 'user.reconnect_runtime', eventId: 2 })).toBe(
+      false,
+    );
+    expect(run([connected]).can({ type: 'user.reconnect_runtime', eventId: 2 })).toBe(false);
+    expect(thinking().can({ type: 'user.reconnect_runtime', eventId: 3 })).toBe(false);
+  });
+
+  it('records a lost runtime and fails a command at once instead of running it', () => {
+    const lost = run([connected, { ...disconnected, eventId: 2 }]);
+    expect(agentStateOf(lost)).toBe('error');
+    expect(lost.context.runtime).toBe('disconnected');
+    expect(lost.context.runtimeLost).toBe('bash exited');
+    expect(effectsOf(lost)).toEqual([]);
+    const executing = run([{ type: 'user.run', eventId: 3, command: 'ls' }], lost);
+    expect(executing.value).toEqual({ active: { running: 'executing' } });
+    expect(effectsOf(executing)).toEqual([{ type: 'fail_command', cause: 3, command: 'ls', why: 'bash exited' }]);
+    // The failure comes back as the command's output; the runtime stays lost.
+    const failed = run([{ type: 'command.finished', eventId: 4, cause: 3 }], executing);
+    expect(agentStateOf(failed)).toBe('awaiting_user_input');
+    expect(failed.context.runtimeLost).toBe('bash exited');
+    expect(effectsOf(failed)).toEqual([]);
+  });
+
+  it('reconnects from error: asks for a runtime caused by the reconnect, then awaits the user once it connects', () => {
+    const lost = run([connected, { ...disconnected, eventId: 2 }]);
+    const reconnect = { type: 'user.reconnect_runtime', eventId: 3 } as const;
+    expect(lost.can(reconnect)).toBe(true);
+    const reconnecting = run([reconnect], lost);
+    expect(agentStateOf(reconnecting)).toBe('error');
+    expect(reconnecting.context).toMatchObject({ runtime: 'reconnecting', runtimeCause: 3, runtimeLost: null });
+    expect(effectsOf(reconnecting)).toEqual([{ type: 'start_runtime', cause: 3 }]);
+    const back = run([{ type: 'runtime.connected', eventId: 4 }], reconnecting);
+    expect(agentStateOf(back)).toBe('awaiting_user_input');
+    expect(back.context).toMatchObject({ runtime: 'connected', runtimeCause: 3, runtimeLost: null });
+    expect(effectsOf(back)).toEqual([]);
+  });
+
+  it('reconnects from an error that did not lose the runtime too', () => {
+    const failed = run([{ type: 'agent.failed', eventId: 3, cause: 2, reason: 'boom' }], thinking());
+    expect(failed.context.runtimeLost).toBeNull();
+    const reconnecting = run([{ type: 'user.reconnect_runtime', eventId: 4 }], failed);
+    expect(reconnecting.context).toMatchObject({ runtime: 'reconnecting', runtimeCause: 4 });
+    expect(effectsOf(reconnecting)).toEqual([{ type: 'start_runtime', cause: 4 }]);
+  });
+
+  it('reconnects in an active state other than error while the runtime is lost', () => {
+    const lost = run([connected, { ...disconnected, eventId: 2 }]);
+    const awaiting = run(
+      [
+        { type: 'user.run', eventId: 3, command: 'ls' },
+        { type: 'command.finished', eventId: 4, cause: 3 },
+      ],
+      lost,
+    );
+    expect(agentStateOf(awaiting)).toBe('awaiting_user_input');
+    const reconnecting = run([{ type: 'user.reconnect_runtime', eventId: 5 }], awaiting);
+    expect(agentStateOf(reconnecting)).toBe('awaiting_user_input');
+    expect(reconnecting.context).toMatchObject({ runtime: 'reconnecting', runtimeCause: 5, runtimeLost: null });
+    expect(effectsOf(reconnecting)).toEqual([{ type: 'start_runtime', cause: 5 }]);
+    const back = run([{ type: 'runtime.connected', eventId: 6 }], reconnecting);
+    expect(back.context).toMatchObject({ runtime: 'connected', runtimeLost: null });
+    expect(effectsOf(back)).toEqual([]);
+    // Connected again: a new reconnect is refused.
+    expect(back.can({ type: 'user.reconnect_runtime', eventId: 7 })).toBe(false);
+  });
+});
+
+describe('session machine: coming back after a crash', () => {
+  it('reports a command that was out interrupted and never runs it again', () => {
+    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'make', risky: false }], thinking());
+    expect(effectsOf(executing)).toEqual([{ type: 'run_command', cause: 3, command: 'make' }]);
+    const back = run([{ type: 'session.rehydrate', eventId: 4 }], executing);
+    expect(back.value).toEqual({ active: { running: 'executing' } });
+    expect(back.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'make', interrupted: true });
+    expect(effectsOf(back)).toEqual([{ type: 'interrupt_command', cause: 3, command: 'make' }]);
+    // Even with the runtime lost, the interrupted command is not failed or run.
+    const lost = run([{ ...disconnected, eventId: 5 }], back);
+    expect(effectsOf(lost)).toEqual([{ type: 'interrupt_command', cause: 3, command: 'make' }]);
+    // Its report is the command's output: the agent goes on with it.
+    const after = run([{ type: 'command.finished', eventId: 5, cause: 3 }], back);
+    expect(after.context.pendingCommand).toBeNull();
+    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 5 }]);
+  });
+
+  it('keeps a command waiting for confirmation pending, not interrupted, and runs it once confirmed', () => {
+    const [start] = initialTransition(sessionMachine, { ...input, confirmationMode: true });
+    const asked = run(
+      [
+        connected,
+        { type: 'user.message', eventId: 2 },
+        { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true },
+      ],
+      start,
+    );
+    const back = run([{ type: 'session.rehydrate', eventId: 4 }], asked);
+    expect(agentStateOf(back)).toBe('awaiting_user_confirmation');
+    expect(back.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'rm -rf build' });
+    expect(effectsOf(back)).toEqual([]);
+    const confirmed = run([{ type: 'user.change_state', eventId: 5, state: 'user_confirmed' }], back);
+    expect(effectsOf(confirmed)).toEqual([{ type: 'run_command', cause: 3, command: 'rm -rf build' }]);
+  });
+});
+
+describe('session machine: running time and busy states', () => {
+  it('sets runningSince from the event that starts the agent, and clears it when the agent stops running', () => {
+    const running = run([connected, { type: 'user.message', eventId: 2, at: 1_000 }]);
+    expect(running.context.runningSince).toBe(1_000);
+    // Steps and commands inside running keep the time it started.
+    const later = run(
+      [
+        { type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false, at: 2_000 },
+        { type: 'command.finished', eventId: 4, cause: 3, at: 3_000 },
+      ],
+      running,
+    );
+    expect(later.value).toEqual({ active: { running: 'thinking' } });
+    expect(later.context.runningSince).toBe(1_000);
+    const answered = run([{ type: 'agent.message', eventId: 5, cause: 4, at: 4_000 }], later);
+    expect(agentStateOf(answered)).toBe('awaiting_user_input');
+    expect(answered.context.runningSince).toBeNull();
+    const paused = run([{ type: 'user.change_state', eventId: 5, state: 'paused', at: 4_000 }], later);
+    expect(paused.context.runningSince).toBeNull();
+    const resumed = run([{ type: 'user.change_state', eventId: 6, state: 'running', at: 5_000 }], paused);
+    expect(resumed.context.runningSince).toBe(5_000);
+  });
+
+  it('is busy in loading, running and rate_limited, and only there', () => {
+    expect([...BUSY_AGENT_STATES].sort()).toEqual(['loading', 'rate_limited', 'running']);
+    const [start] = initialTransition(sessionMachine, input);
+    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false }], thinking());
+    const limited = run(
+      [{ type: 'agent.rate_limited', eventId: 3, cause: 2, reason: 'slow down', retryAt: 5000 }],
+      thinking(),
+    );
+    for (const busy of [start, thinking(), executing, limited]) {
+      expect(isBusy(busy), JSON.stringify(busy.value)).toBe(true);
+      expect(BUSY_AGENT_STATES.has(agentStateOf(busy))).toBe(true);
+    }
+    const idle = [
+      run([connected]),
+      run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], thinking()),
+      run([{ type: 'user.change_state', eventId: 3, state: 'stopped' }], thinking()),
+      run([{ type: 'agent.finish', eventId: 3, cause: 2 }], thinking()),
+      run([{ type: 'agent.failed', eventId: 3, cause: 2, reason: 'boom' }], thinking()),
+    ];
+    for (const snapshot of idle) {
+      expect(isBusy(snapshot), JSON.stringify(snapshot.value)).toBe(false);
+      expect(BUSY_AGENT_STATES.has(agentStateOf(snapshot))).toBe(false);
+    }
   });
 });

@@ -191,6 +191,7 @@ export function machineEventCandidates(
       { type: 'user.message', eventId },
       { type: 'user.run', eventId, command: 'ls' },
       { type: 'user.change_state', eventId, state: step.state },
+      { type: 'user.reconnect_runtime', eventId },
     ),
     ...of(
       'agent',

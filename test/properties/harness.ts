@@ -176,7 +176,6 @@ export class Harness {
     const wasLive = this.manager.isLive(this.id);
     let fold = inMemory(this.checker.feed(before), before.length);
     const expected = actions.map((action) => {
-      if (action.type === 'reconnect_runtime') return true;
       const event = userEventOf(action, before.length + 1);
       const ok = fold.can(event);
       if (ok) [fold] = transition(sessionMachine, fold, event);
@@ -193,9 +192,7 @@ export class Harness {
       answers.map((a) => a.outcome),
       `the fold's answers to ${JSON.stringify(actions)}`,
     ).toEqual(expected.map(said));
-    const kept = actions.filter(
-      (action, i) => answers[i]!.outcome === 'accepted' && action.type !== 'reconnect_runtime',
-    );
+    const kept = actions.filter((_, i) => answers[i]!.outcome === 'accepted');
     expect(stored.map(userActionOf), 'the user events stored').toEqual(kept);
   }
 
@@ -208,9 +205,7 @@ export class Harness {
    */
   async actWhileLeaving(action: UserAction, ticks: number): Promise<void> {
     const before = await this.events();
-    const expected =
-      action.type === 'reconnect_runtime' ||
-      inMemory(this.checker.feed(before), before.length).can(userEventOf(action, before.length));
+    const expected = inMemory(this.checker.feed(before), before.length).can(userEventOf(action, before.length));
     const leaving = this.manager.passivate(this.id, 'idle');
     for (let i = 0; i < ticks; i++) await Promise.resolve();
     const { outcome, refusal } = await this.#send(action);
@@ -220,9 +215,7 @@ export class Harness {
     expect(outcome, `the fold said ${expected ? 'accept' : 'refuse'} ${JSON.stringify(action)} ${refusal}`).toBe(
       expected ? 'accepted' : 'refused',
     );
-    expect(stored.map(userActionOf)).toEqual(
-      outcome === 'refused' || action.type === 'reconnect_runtime' ? [] : [action],
-    );
+    expect(stored.map(userActionOf)).toEqual(outcome === 'refused' ? [] : [action]);
   }
 
   /** Simulates the runtime process dying by itself. */
@@ -310,8 +303,10 @@ export class Harness {
   }
 }
 
-function userEventOf(action: Exclude<UserAction, { type: 'reconnect_runtime' }>, eventId: number): SessionEvent {
+function userEventOf(action: UserAction, eventId: number): SessionEvent {
   switch (action.type) {
+    case 'reconnect_runtime':
+      return { type: 'user.reconnect_runtime', eventId };
     case 'message':
       return { type: 'user.message', eventId };
     case 'run':
@@ -325,6 +320,7 @@ function userActionOf(event: StoredEvent): UserAction | StoredEvent {
   if (event.type === 'message') return { type: 'message', content: event.data.content };
   if (event.type === 'command') return { type: 'run', command: event.data.command };
   if (event.type === 'change_agent_state') return { type: 'change_agent_state', state: event.data.state };
+  if (event.type === 'reconnect_runtime') return { type: 'reconnect_runtime' };
   return event;
 }
 

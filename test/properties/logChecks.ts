@@ -151,6 +151,7 @@ const LIFECYCLE = new Set<StoredEvent['type']>([
   'runtime_status',
   'session_passivated',
   'session_rehydrated',
+  'machine_upgraded',
   'agent_state_changed',
 ]);
 
@@ -168,6 +169,8 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
     stepCause,
     pendingCommand,
     lastMessageId,
+    runtimeCause,
+    runningSince,
     ...context
   } = snapshot.context;
   return {
@@ -176,6 +179,9 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
     context: {
       ...context,
       stepPending: stepCause !== null,
+      // An event id and a time: compared as a position in the conversation, and as whether it runs.
+      runtimeCause: at(runtimeCause),
+      running: runningSince !== null,
       lastMessageId: lastMessageId === null ? null : at(lastMessageId),
       pendingCommand: pendingCommand && { ...pendingCommand, eventId: at(pendingCommand.eventId) },
     },

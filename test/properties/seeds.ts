@@ -23,6 +23,7 @@ export const REGRESSION_SEEDS = {
   live: [{ seed: 20260102, numRuns: 100 }],
   passivation: [{ seed: 20260103, numRuns: 50 }],
   race: [{ seed: 20260104, numRuns: 100 }],
+  decider: [{ seed: 20261124, numRuns: 100 }],
 } as const;
 
 export type PropertyName = keyof typeof REGRESSION_SEEDS;

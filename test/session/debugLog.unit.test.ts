@@ -57,7 +57,7 @@ describe('debug logging of a session', () => {
     // The creation: its decision, and the first runtime start, asked for by the creation record (id 0).
     const start = debug.slice(0, created);
     expect(start).toContainEqual(
-      expect.objectContaining({ msg: 'decided', input: 'user conversation_created', events: ['conversation_created'] }),
+      expect.objectContaining({ msg: 'decided', input: 'create', events: ['conversation_created'] }),
     );
     expect(start).toContainEqual(expect.objectContaining({ msg: 'effect started', effect: 'runtime start', cause: 0 }));
     expect(start).toContainEqual(
@@ -72,7 +72,6 @@ describe('debug logging of a session', () => {
       expect.objectContaining({
         msg: 'decided',
         input: 'user message',
-        machine_event: 'user.message',
         from: 'awaiting_user_input',
         to: 'running',
         events: ['message', 'agent_state_changed'],

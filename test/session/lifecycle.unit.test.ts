@@ -90,7 +90,8 @@ describe('rehydration', () => {
         snapshots,
         runtimes: memoryRuntimeProvider(),
         agentFor: () => scriptedAgent(),
-        limits: { rehydrateConcurrency: 1 },
+        // Eight conversations of one user run at once here: the per-user cap is not what this tests.
+        limits: { rehydrateConcurrency: 1, maxRunningPerUser: 8 },
       });
     const first = make();
     const ids: string[] = [];

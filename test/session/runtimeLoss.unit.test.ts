@@ -78,7 +78,8 @@ describe('a runtime that dies', () => {
     await until(async () => (await state()) === 'awaiting_user_input', 'the reconnect');
     expect(runtimes.created).toHaveLength(2);
     expect(runtimes.created[1]!.workspace).toBe(runtimes.created[0]!.workspace);
-    expect((await events()).some((e) => e.type === 'runtime_status' && e.data.status === 'reconnecting')).toBe(true);
+    // The reconnect is the user's, stored as such: the page refresh asked for it.
+    expect((await events()).some((e) => e.type === 'reconnect_runtime' && e.source === 'user')).toBe(true);
     await m.act(id, 'local', { type: 'run', command: 'echo back' });
     await until(async () => (await events()).some((e) => e.type === 'command_output'), 'the output');
     expect((await events()).find((e) => e.type === 'command_output')).toMatchObject({

@@ -1,0 +1,17 @@
+import type { EventOf } from '../src/protocol/index.ts';
+import { DEFAULT_RATE_LIMIT_RETRIES, UNRECORDED_MACHINE_VERSION, type SessionInput } from './sessionContext.ts';
+
+/** The machine's input, from a conversation's first event. */
+export function inputFrom(created: EventOf<'conversation_created'>): SessionInput & { machineVersion: number } {
+  const timeout = created.data.start_timeout_ms;
+  return {
+    conversationId: created.conversation_id,
+    user: created.data.user,
+    maxIterations: created.data.max_iterations,
+    maxBudget: created.data.max_budget ?? null,
+    maxRateLimitRetries: DEFAULT_RATE_LIMIT_RETRIES,
+    confirmationMode: created.data.confirmation_mode,
+    startDeadline: timeout === undefined ? null : Date.parse(created.ts) + timeout,
+    machineVersion: created.data.machine_version ?? UNRECORDED_MACHINE_VERSION,
+  };
+}

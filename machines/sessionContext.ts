@@ -1,0 +1,117 @@
+import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
+
+/**
+ * Bump when a change to `machines/` changes what a stored log means or what a
+ * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
+ * version table in test/machines/machineVersion.unit.test.ts.
+ */
+export const SESSION_MACHINE_VERSION = 4;
+
+/** The version of logs written before `conversation_created` recorded one. */
+export const UNRECORDED_MACHINE_VERSION = 3;
+
+/** Rate-limited steps tried again before the agent gives up in error. */
+export const DEFAULT_RATE_LIMIT_RETRIES = 5;
+
+export interface SessionInput {
+  conversationId: string;
+  user: string;
+  maxIterations: number;
+  /** USD the agent may spend on LLM calls, or null for no limit. */
+  maxBudget: number | null;
+  maxRateLimitRetries: number;
+  confirmationMode: boolean;
+  /** Epoch ms by which the session must have started, or null for no limit. */
+  startDeadline: number | null;
+  /** The machine version the log was written under so far (default: this one). */
+  machineVersion?: number;
+}
+
+export interface PendingCommand {
+  eventId: number;
+  source: 'user' | 'agent';
+  command: string;
+  /**
+   * The session came back into memory while this command was out: whatever ran
+   * it died with the old process. It is reported as interrupted, never run again.
+   */
+  interrupted?: true;
+}
+
+/** A deadline is data, so it survives snapshots and is armed again after rehydration. */
+export interface Deadline {
+  name: 'start' | 'retry';
+  at: number;
+}
+
+export interface SessionContext extends Omit<SessionInput, 'machineVersion'> {
+  machineVersion: number;
+  /** Agent steps taken so far. */
+  iterations: number;
+  /** USD spent on LLM calls so far. */
+  spent: number;
+  /** The allowance a user message grants again once a limit is reached. */
+  iterationBudget: number;
+  budget: number | null;
+  /** Rate-limited attempts of the current step. */
+  rateLimits: number;
+  /** A user message the agent has not been asked about yet. */
+  unreadMessage: boolean;
+  /** id of the newest user message. */
+  lastMessageId: number | null;
+  /** id of the event that started the current agent step: its answer must carry it as `cause`. */
+  stepCause: number | null;
+  pendingCommand: PendingCommand | null;
+  /** Why the agent is in error, when it is. */
+  error: string | null;
+  runtime: RuntimeStatus;
+  /** id of the event that asked for the current runtime: 0 (creation) or a `reconnect_runtime`. */
+  runtimeCause: number;
+  /** Why the runtime died, until a reconnect replaces it: commands then fail at once. */
+  runtimeLost: string | null;
+  /** Epoch ms (a stored event's `ts`) since which the agent is running; null when it is not. */
+  runningSince: number | null;
+  deadline: Deadline | null;
+  /** The agent state to come back to, while passivated. */
+  resumeState: AgentState | null;
+}
+
+const NO_INPUT: SessionInput = {
+  conversationId: '',
+  user: '',
+  maxIterations: 0,
+  maxBudget: null,
+  maxRateLimitRetries: 0,
+  confirmationMode: false,
+  startDeadline: null,
+  machineVersion: SESSION_MACHINE_VERSION,
+};
+
+/**
+ * A new conversation's context. xstate's pure `transition()` and
+ * `initialTransition()` build a throw-away actor without input for every call:
+ * they get a context instead of a TypeError. Real actors always get an input.
+ */
+export function initialContext(input: SessionInput | undefined): SessionContext {
+  const given = input ?? NO_INPUT;
+  return {
+    ...given,
+    machineVersion: given.machineVersion ?? SESSION_MACHINE_VERSION,
+    iterationBudget: given.maxIterations,
+    budget: given.maxBudget,
+    iterations: 0,
+    spent: 0,
+    rateLimits: 0,
+    unreadMessage: false,
+    lastMessageId: null,
+    stepCause: null,
+    pendingCommand: null,
+    error: null,
+    runtime: 'stopped',
+    runtimeCause: 0,
+    runtimeLost: null,
+    runningSince: null,
+    deadline: given.startDeadline === null ? null : { name: 'start', at: given.startDeadline },
+    resumeState: null,
+  };
+}

@@ -1,0 +1,155 @@
+import { and, assign, or, setup } from 'xstate';
+import type { AgentState } from '../src/protocol/index.ts';
+import type { SessionContext, SessionInput } from './sessionContext.ts';
+import type { SessionEvent } from './sessionEvents.ts';
+
+/** A state's tags: its agent state (exactly one per state users can see), and `busy` where it works by itself. */
+export type SessionTag = AgentState | 'busy';
+
+const reasonOf = (event: SessionEvent, otherwise: string): string => ('reason' in event ? event.reason : otherwise);
+
+/**
+ * The session machine's types, actions and guards. Pure: every action only
+ * assigns context. Effects are not actions: the host reads them from the
+ * state (`effects.ts`), the same way live and after a fold.
+ */
+export const sessionSetup = setup({
+  types: {
+    context: {} as SessionContext,
+    events: {} as SessionEvent,
+    input: {} as SessionInput,
+    tags: {} as SessionTag,
+  },
+  actions: {
+    // A user message after a limit stopped the agent gives it a fresh allowance
+    // of the same size (iterations and budget alike).
+    markUnread: assign(({ context, event }) => ({
+      unreadMessage: true,
+      lastMessageId: event.eventId,
+      maxIterations:
+        context.iterations >= context.maxIterations
+          ? context.iterations + context.iterationBudget
+          : context.maxIterations,
+      maxBudget:
+        context.maxBudget !== null && context.spent >= context.maxBudget
+          ? context.spent + context.budget!
+          : context.maxBudget,
+    })),
+    addCost: assign({ spent: ({ context, event }) => context.spent + (event.type === 'agent.usage' ? event.cost : 0) }),
+    resetRetries: assign({ rateLimits: 0 }),
+    runtimeStarting: assign({ runtime: 'starting' as const }),
+    runtimeConnecting: assign({ runtime: 'connecting' as const }),
+    runtimeSettingUp: assign({ runtime: 'setting_up' as const }),
+    runtimeConnected: assign({ runtime: 'connected' as const, runtimeLost: null }),
+    runtimeStopped: assign({ runtime: 'stopped' as const }),
+    runtimeLost: assign({
+      runtime: 'disconnected' as const,
+      runtimeLost: ({ event }) => reasonOf(event, 'the runtime is not available'),
+    }),
+    // A reconnect asks for a new runtime; the event's id names it, so the host can tell it from the old one.
+    requestRuntime: assign({
+      runtime: 'reconnecting' as const,
+      runtimeCause: ({ event }) => event.eventId,
+      runtimeLost: null,
+    }),
+    markRunning: assign({ runningSince: ({ event }) => event.at ?? null }),
+    clearRunning: assign({ runningSince: null }),
+    // A step's cause is what the agent answers: the user message it has not
+    // read yet, else the event that started the step (an observation, a resume,
+    // a retry). A step retried after the session came back keeps its cause.
+    // Two live steps never share one, so a late answer to an old step is refused.
+    beginStep: assign({
+      // A step the session left memory in the middle of is the same step when it
+      // comes back: asked again, not counted again (as after a crash).
+      iterations: ({ context, event }) =>
+        event.type === 'session.rehydrate' && context.stepCause !== null ? context.iterations : context.iterations + 1,
+      unreadMessage: false,
+      stepCause: ({ context, event }) => {
+        if (context.unreadMessage && context.lastMessageId !== null) return context.lastMessageId;
+        if (event.type === 'session.rehydrate' && context.stepCause !== null) return context.stepCause;
+        return event.eventId;
+      },
+      error: null,
+    }),
+    endStep: assign({ stepCause: null }),
+    queueUserCommand: assign({
+      pendingCommand: ({ event }) =>
+        event.type === 'user.run' ? { eventId: event.eventId, source: 'user' as const, command: event.command } : null,
+      error: null,
+    }),
+    queueAgentCommand: assign({
+      pendingCommand: ({ event }) =>
+        event.type === 'agent.run'
+          ? { eventId: event.eventId, source: 'agent' as const, command: event.command }
+          : null,
+      stepCause: null,
+    }),
+    clearCommand: assign({ pendingCommand: null }),
+    // Back after a crash: a command that was out died with the old process.
+    interruptCommand: assign({
+      pendingCommand: ({ context }) => context.pendingCommand && { ...context.pendingCommand, interrupted: true },
+    }),
+    recordFailure: assign({
+      error: ({ event }) => reasonOf(event, 'unknown error'),
+      stepCause: null,
+      deadline: null,
+    }),
+    // The one place a reached limit is put into words (budget first when both are spent).
+    recordLimitReached: assign({
+      error: ({ context }) =>
+        context.maxBudget === null || context.spent < context.maxBudget
+          ? `the agent reached its limit of ${context.maxIterations} iterations; send a message to let it go on`
+          : `the agent spent $${context.spent.toFixed(4)}, its budget is $${context.maxBudget.toFixed(4)}; send a message to let it go on`,
+    }),
+    recordRetriesOut: assign({
+      error: ({ context, event }) =>
+        `rate limited ${context.rateLimits + 1} times in a row (${reasonOf(event, 'rate limited')}); giving up`,
+      rateLimits: 0,
+      stepCause: null,
+      deadline: null,
+    }),
+    waitForRetry: assign({
+      rateLimits: ({ context }) => context.rateLimits + 1,
+      deadline: ({ event }) =>
+        event.type === 'agent.rate_limited' ? { name: 'retry' as const, at: event.retryAt } : null,
+      error: ({ event }) => ('reason' in event ? event.reason : null),
+      stepCause: null,
+    }),
+    clearDeadline: assign({ deadline: null }),
+    rememberState: assign((_, params: { state: AgentState }) => ({ resumeState: params.state })),
+    forgetState: assign({ resumeState: null }),
+    upgrade: assign({
+      machineVersion: ({ context, event }) => (event.type === 'session.upgrade' ? event.to : context.machineVersion),
+    }),
+  },
+  guards: {
+    hasUnreadMessage: ({ context }) => context.unreadMessage,
+    hasMoreToDo: or(['hasUnreadMessage', ({ event }) => event.type === 'agent.message' && event.goesOn === true]),
+    /** Iterations and budget left: the one limit check every new agent step passes. */
+    hasLimitsLeft: ({ context }) =>
+      context.iterations < context.maxIterations && (context.maxBudget === null || context.spent < context.maxBudget),
+    hasRetriesLeft: ({ context }) => context.rateLimits < context.maxRateLimitRetries,
+    hasPendingCommand: ({ context }) => context.pendingCommand !== null,
+    hasNoPendingCommand: ({ context }) => context.pendingCommand === null,
+    hasLostRuntime: ({ context }) => context.runtimeLost !== null,
+    answersCurrentStep: ({ context, event }) =>
+      'cause' in event && context.stepCause !== null && event.cause === context.stepCause,
+    answersPendingCommand: ({ context, event }) =>
+      'cause' in event && context.pendingCommand !== null && event.cause === context.pendingCommand.eventId,
+    pendingCommandWasAgents: ({ context }) => context.pendingCommand?.source === 'agent',
+    needsConfirmation: ({ context, event }) => context.confirmationMode && event.type === 'agent.run' && event.risky,
+    deadlinePassed: ({ context, event }) =>
+      event.type === 'deadline.passed' && context.deadline?.name === event.name && event.at >= context.deadline.at,
+    answersWithMoreToDo: and(['answersCurrentStep', 'hasMoreToDo']),
+    answersAgentsCommand: and(['answersPendingCommand', 'pendingCommandWasAgents']),
+    wantsToRun: ({ event }) => event.type === 'user.change_state' && event.state === 'running',
+    upgrades: ({ context, event }) => event.type === 'session.upgrade' && event.to > context.machineVersion,
+    wants: ({ event }, params: { state: AgentState }) =>
+      event.type === 'user.change_state' && event.state === params.state,
+    resumesIn: ({ context }, params: { state: AgentState }) => context.resumeState === params.state,
+  },
+});
+
+export const wants = (state: AgentState) => ({ type: 'wants', params: { state } }) as const;
+export const resumesIn = (state: AgentState) => ({ type: 'resumesIn', params: { state } }) as const;
+export { and };

@@ -1,0 +1,45 @@
+import type { StoredEvent } from '../src/protocol/index.ts';
+import { SESSION_MACHINE_VERSION } from './sessionContext.ts';
+
+/**
+ * How a stored event written under machine version N reads under N + 1. A
+ * version bump that gives an old event another meaning ships its entry here,
+ * and a fixture log of the old version that must fold to the same agent states
+ * (test/machines/machineVersion.unit.test.ts), so old logs always fold.
+ */
+export interface Upcaster {
+  /** What the bump to `from + 1` reinterprets, in words (for docs and reviews). */
+  reinterprets: string;
+  upcast(event: StoredEvent): StoredEvent;
+}
+
+export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
+  3: {
+    reinterprets:
+      'nothing: version 4 adds context derived from events that version 3 logs already hold (runtime lost, ' +
+      'running since, interrupted commands), accepts runtime steps from any starting sub-state, and only ' +
+      "takes a command's own output in `executing`. A v3 `runtime_status reconnecting` still reads as a runtime starting.",
+    upcast: (event) => event,
+  },
+};
+
+/**
+ * The upcasting of one log written under `version`: identity for the current
+ * version; otherwise every event goes through each step up to the current one.
+ * Throws for a version with no path (a bump that forgot its entry).
+ */
+export function upcasterFor(
+  version: number,
+  table: Readonly<Record<number, Upcaster>> = UPCASTERS,
+  current = SESSION_MACHINE_VERSION,
+): ((event: StoredEvent) => StoredEvent) | null {
+  if (version === current) return null;
+  if (version > current) throw new Error(`a log of machine version ${version} is newer than this machine (${current})`);
+  const steps: Upcaster[] = [];
+  for (let v = version; v < current; v++) {
+    const step = table[v];
+    if (!step) throw new Error(`no upcaster from machine version ${v} to ${v + 1}`);
+    steps.push(step);
+  }
+  return (event) => steps.reduce((e, step) => step.upcast(e), event);
+}

@@ -1,0 +1,328 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { AgentAnswer, DecisionInput, Effect } from '../../machines/index.ts';
+import {
+  LlmAuthenticationError,
+  LlmRateLimitError,
+  rateCommand,
+  type Agent,
+  type AgentAction,
+} from '../agent/index.ts';
+import { TetherError } from '../errors.ts';
+import { errorFields, type Logger } from '../logger.ts';
+import type { StatusFrame, StoredEvent } from '../protocol/index.ts';
+import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
+import type { EventLog } from '../store/index.ts';
+import type { ConversationFeed } from './conversationFeed.ts';
+import { IllegalTransitionError, SessionClosedError } from './errors.ts';
+
+export interface EffectDeps {
+  log: EventLog;
+  feed: ConversationFeed;
+  agent: Agent;
+  runtimes: RuntimeProvider;
+  clock: () => Date;
+  logger: Logger;
+  /** Given to the runtime's environment; never stored. */
+  secrets: Record<string, string>;
+  commandTimeoutMs?: number;
+}
+
+/** The part of a session that effects talk back to: every result goes to the decider. */
+export interface EffectHost {
+  readonly conversationId: string;
+  history(): Promise<readonly StoredEvent[]>;
+  decide(input: DecisionInput): Promise<unknown>;
+  /** The stored event that asked for the runtime the session wants now (`context.runtimeCause`). */
+  runtimeCause(): number;
+  /** Why the runtime is down, from the session's state (the log), or null. */
+  runtimeLost(): string | null;
+}
+
+/** A workspace's own set-up script, relative to the workspace. */
+export const SETUP_SCRIPT = '.tether/setup.sh';
+
+const STATUS = {
+  starting: { level: 'info', id: 'STATUS$STARTING_RUNTIME', message: 'Starting the runtime...' },
+  connecting: { level: 'info', id: 'STATUS$CONNECTING_RUNTIME', message: 'Connecting to the runtime...' },
+  setting_up: { level: 'info', id: 'STATUS$SETTING_UP_WORKSPACE', message: 'Setting up the workspace...' },
+  connected: { level: 'info', id: 'STATUS$RUNTIME_CONNECTED', message: 'The runtime is ready.' },
+  failed: { level: 'error', id: 'STATUS$ERROR_RUNTIME_DISCONNECTED', message: 'The runtime is not available.' },
+  llmAuthentication: { level: 'error', id: 'STATUS$ERROR_LLM_AUTHENTICATION', message: 'The LLM refused the API key.' },
+  rateLimited: {
+    level: 'warning',
+    id: 'STATUS$LLM_RATE_LIMITED',
+    message: 'The LLM is rate limiting; the step is tried again shortly.',
+  },
+} as const satisfies Record<string, Omit<StatusFrame, 'type'>>;
+
+type EffectName = 'agent step' | 'command' | 'runtime start' | 'runtime stop';
+
+/**
+ * Runs the effects a session's state asks for (`effectsOf`): a runtime, an
+ * agent step, a command, or the report of a command that cannot run. It keeps
+ * no state that changes what the session does next: only the live runtime
+ * process (named by the event that asked for it) and an abort signal. Every
+ * result goes back to the decider, so it is stored before it takes effect, and
+ * a result the session no longer wants (a stale step) is refused and dropped.
+ */
+export class EffectRunner {
+  readonly #host: EffectHost;
+  readonly #deps: EffectDeps;
+  readonly #abort = new AbortController();
+  #runtime: { process: Runtime; cause: number } | null = null;
+  #starting: { done: Promise<Runtime | null>; cause: number } | null = null;
+  #death: Promise<unknown> | null = null;
+
+  constructor(host: EffectHost, deps: EffectDeps) {
+    this.#host = host;
+    this.#deps = deps;
+  }
+
+  /** Runs one effect to its end; never rejects (a refused or failed result is logged). */
+  run(effect: Exclude<Effect, { type: 'wake_at' }>): Promise<void> {
+    return Promise.resolve()
+      .then(() => this.#dispatch(effect))
+      .then(
+        () => undefined,
+        (err: unknown) => this.#dropped(err),
+      );
+  }
+
+  /** Stops every effect and the runtime; `why` names the cause in debug lines. */
+  async stop(why: string): Promise<void> {
+    this.#abort.abort();
+    const runtime = this.#runtime;
+    this.#runtime = null;
+    if (runtime) await this.#timed('runtime stop', why, () => runtime.process.stop());
+  }
+
+  #dispatch(effect: Exclude<Effect, { type: 'wake_at' }>): Promise<unknown> {
+    const { cause } = effect;
+    switch (effect.type) {
+      case 'start_runtime':
+        return this.#ensureRuntime(cause);
+      case 'ask_agent':
+        return this.#timed('agent step', cause, () => this.#askAgent(cause));
+      case 'run_command':
+        return this.#timed('command', cause, () => this.#runCommand(cause, effect.command));
+      case 'fail_command':
+        return this.#host.decide({ type: 'command_unavailable', cause, command: effect.command, why: effect.why });
+      case 'interrupt_command':
+        return this.#host.decide({
+          type: 'command_interrupted',
+          cause,
+          command: effect.command,
+          why: 'the server stopped before this command finished',
+        });
+    }
+  }
+
+  #dropped(err: unknown): void {
+    const fields = { conversation_id: this.#host.conversationId };
+    if (err instanceof IllegalTransitionError || err instanceof SessionClosedError) {
+      // Expected after a stop or a close: the result of an abandoned effect is refused.
+      this.#deps.logger.info('effect result dropped', { ...fields, reason: err.message });
+      return;
+    }
+    this.#deps.logger.error('session effect failed', { ...fields, ...errorFields(err) });
+  }
+
+  /**
+   * Runs one effect's work. At debug level its start and its end are logged
+   * with the conversation, the cause (the id of the stored event that asked for
+   * it, or why it runs) and how it ended; at other levels this costs nothing.
+   */
+  async #timed<T>(effect: EffectName, cause: number | string, work: () => Promise<T>): Promise<T> {
+    const logger = this.#deps.logger;
+    if (!logger.isDebug) return work();
+    const fields = { conversation_id: this.#host.conversationId, effect, cause };
+    logger.debug('effect started', fields);
+    const started = performance.now();
+    const ms = () => Math.round(performance.now() - started);
+    try {
+      const result = await work();
+      const outcome = outcomeOf(result);
+      logger.debug('effect finished', { ...fields, outcome, ms: ms() });
+      return result;
+    } catch (err) {
+      logger.debug('effect failed', { ...fields, ...errorFields(err), ms: ms() });
+      throw err;
+    }
+  }
+
+  #status(frame: Omit<StatusFrame, 'type'>): void {
+    this.#deps.feed.publishStatus(this.#host.conversationId, { type: 'status', ...frame });
+  }
+
+  /**
+   * The runtime asked for by event `cause`: the live one when it is that one,
+   * else a new one (an older one is stopped first: a reconnect replaces it).
+   */
+  async #ensureRuntime(cause: number): Promise<Runtime | null> {
+    for (;;) {
+      if (this.#abort.signal.aborted) return null;
+      if (this.#runtime?.cause === cause && this.#runtime.process.alive) return this.#runtime.process;
+      if (this.#starting?.cause === cause) return this.#starting.done;
+      if (!this.#starting) break;
+      // Another start (for an older cause) finishes first; then look again.
+      await this.#starting.done;
+    }
+    const old = this.#runtime;
+    this.#runtime = null;
+    if (old) await this.#timed('runtime stop', cause, () => old.process.stop());
+    const done = this.#timed('runtime start', cause, () => this.#startRuntime(cause)).finally(() => {
+      if (this.#starting?.done === done) this.#starting = null;
+    });
+    this.#starting = { done, cause };
+    return done;
+  }
+
+  async #startRuntime(cause: number): Promise<Runtime | null> {
+    await this.#progress('starting');
+    const runtime = this.#deps.runtimes.create(this.#host.conversationId, { env: this.#deps.secrets });
+    try {
+      await this.#progress('connecting');
+      await runtime.start();
+      if (this.#abort.signal.aborted) throw new Error('the session is closing');
+      await this.#progress('setting_up');
+      await this.#setUpWorkspace(runtime);
+    } catch (err) {
+      await runtime.stop();
+      if (this.#abort.signal.aborted) return null;
+      this.#status(STATUS.failed);
+      await this.#host.decide({
+        type: 'runtime_lost',
+        message: `the runtime failed to start: ${errorFields(err).error}`,
+      });
+      return null;
+    }
+    this.#runtime = { process: runtime, cause };
+    runtime.onExit((exit) => void this.#runtimeDied(runtime, exit.code, exit.signal));
+    await this.#progress('connected');
+    return runtime;
+  }
+
+  /**
+   * Runs the workspace's own set-up script, `.tether/setup.sh`, when there is
+   * one, each time a runtime starts there (so also after a reconnect). A
+   * failing script fails the start, with its exit code and the end of its output.
+   */
+  async #setUpWorkspace(runtime: Runtime): Promise<void> {
+    if (!existsSync(join(runtime.workspace, SETUP_SCRIPT))) return;
+    const result = await runtime.run(`bash ${SETUP_SCRIPT}`, {
+      timeoutMs: this.#deps.commandTimeoutMs,
+      signal: this.#abort.signal,
+    });
+    if (result.exit_code === 0) return;
+    const how = result.timed_out ? 'timed out' : `exit ${result.exit_code}`;
+    throw new Error(`the workspace set-up script ${SETUP_SCRIPT} failed (${how}): ${result.output.slice(-500)}`);
+  }
+
+  /** One step of a runtime's start: a stored status and a transient status frame. */
+  async #progress(status: 'starting' | 'connecting' | 'setting_up' | 'connected'): Promise<void> {
+    await this.#host.decide({ type: 'runtime_progress', status });
+    this.#status(STATUS[status]);
+  }
+
+  /** Records a runtime's death once: status frame, then `runtime_status disconnected` (the machine goes to error). */
+  #runtimeDied(runtime: Runtime, code: number | null, signal: string | null): Promise<unknown> {
+    if (this.#runtime?.process !== runtime) return this.#death ?? Promise.resolve();
+    this.#runtime = null;
+    const message = `the runtime exited (${signal ? `signal ${signal}` : `code ${code}`})`;
+    if (this.#deps.logger.isDebug)
+      this.#deps.logger.debug('runtime lost', { conversation_id: this.#host.conversationId, message });
+    this.#status(STATUS.failed);
+    this.#death = this.#host.decide({ type: 'runtime_lost', message }).catch((err: unknown) => this.#dropped(err));
+    return this.#death;
+  }
+
+  /** One agent step answering event `cause`; its answer (or its failure) goes to the decider. */
+  async #askAgent(cause: number): Promise<string> {
+    let action: AgentAction;
+    try {
+      action = await this.#deps.agent.step({
+        conversationId: this.#host.conversationId,
+        history: await this.#host.history(),
+        signal: this.#abort.signal,
+      });
+    } catch (err) {
+      if (this.#abort.signal.aborted) return 'aborted';
+      await this.#host.decide(this.#agentFailure(err, cause));
+      return 'agent_error';
+    }
+    if (this.#abort.signal.aborted) return 'aborted';
+    const answer = answerOf(action);
+    await this.#host.decide({ type: 'agent_answered', cause, answer, ...(action.usage && { usage: action.usage }) });
+    return answer.type === 'run' ? 'command' : answer.type;
+  }
+
+  /**
+   * A failed step. A rate limit carries when to try again (the machine waits
+   * in rate_limited, then retries, up to its limit); a bad key tells the
+   * clients; anything else puts the agent in error with the reason.
+   */
+  #agentFailure(err: unknown, cause: number): DecisionInput {
+    const code = err instanceof TetherError ? err.code : 'AGENT_FAILED';
+    const message = `the agent failed: ${errorFields(err).error}`;
+    if (err instanceof LlmRateLimitError) {
+      const retryAt = new Date(this.#deps.clock().getTime() + err.retryAfterMs).toISOString();
+      this.#status(STATUS.rateLimited);
+      return { type: 'agent_failed', cause, code, message, retryAt };
+    }
+    if (err instanceof LlmAuthenticationError) this.#status(STATUS.llmAuthentication);
+    return { type: 'agent_failed', cause, code, message };
+  }
+
+  /** Runs command `cause` in the runtime the session wants; its output goes to the decider. */
+  async #runCommand(cause: number, command: string): Promise<string> {
+    // A runtime that died is not replaced behind the user's back: its death is
+    // stored first (it may be on its way), then the log says whether it is lost.
+    await this.#death;
+    const lost = this.#host.runtimeLost();
+    if (lost !== null) {
+      await this.#host.decide({ type: 'command_unavailable', cause, command, why: lost });
+      return 'runtime unavailable';
+    }
+    const runtime = await this.#ensureRuntime(this.#host.runtimeCause());
+    if (this.#abort.signal.aborted) return 'aborted';
+    if (!runtime) {
+      await this.#host.decide({ type: 'command_unavailable', cause, command, why: 'it could not be started' });
+      return 'no runtime';
+    }
+    try {
+      const result = await runtime.run(command, { timeoutMs: this.#deps.commandTimeoutMs, signal: this.#abort.signal });
+      if (this.#abort.signal.aborted) return 'aborted';
+      await this.#host.decide({ type: 'command_finished', cause, command, result });
+      return result.timed_out ? 'timed out' : `exit code ${result.exit_code}`;
+    } catch (err) {
+      if (this.#abort.signal.aborted) return 'aborted';
+      // The death is stored first, so the machine has left the agent loop before it sees this output.
+      if (!runtime.alive) await this.#runtimeDied(runtime, null, null);
+      const why = runtime.alive ? String(errorFields(err).error) : 'the runtime exited';
+      await this.#host.decide({ type: 'command_unavailable', cause, command, why });
+      return 'runtime unavailable';
+    }
+  }
+}
+
+function answerOf(action: AgentAction): AgentAnswer {
+  switch (action.type) {
+    case 'message':
+      return action.waitForResponse === false
+        ? { type: 'message', content: action.content, waitForResponse: false }
+        : { type: 'message', content: action.content };
+    case 'run':
+      return { type: 'run', command: action.command, risk: rateCommand(action.command) };
+    case 'finish':
+      return { type: 'finish', content: action.content };
+  }
+}
+
+/** How an effect's work ended, in a word, for debug lines. */
+function outcomeOf(result: unknown): string {
+  if (typeof result === 'string') return result;
+  if (result === null) return 'not started';
+  // A runtime start returns the runtime; other work returns nothing.
+  return result === undefined ? 'done' : 'connected';
+}

@@ -1,0 +1,10 @@
+/**
+ * Session machine version → sha256 of the machine's definition and the source
+ * of machines/ at that version (test/machines/machineVersion.unit.test.ts).
+ * Add a line with every version bump; never change or remove one: an old
+ * version's entry is what its stored logs and snapshots were written under.
+ * Versions up to 3 predate this table.
+ */
+export const MACHINE_VERSION_HASHES: Readonly<Record<number, string>> = {
+  4: '929b8304618eadb42273fac2f60ba0fd9dee72d48ea774e6a2b556f52b234855',
+};
