@@ -30,7 +30,8 @@ export type DecisionInput =
   | { type: 'user_action'; action: UserAction }
   | { type: 'runtime_progress'; status: 'starting' | 'connecting' | 'setting_up' | 'connected' }
   | { type: 'runtime_lost'; message: string }
-  | { type: 'agent_answered'; cause: number; answer: AgentAnswer; usage?: EventOf<'agent_usage'>['data'] }
+  | { type: 'agent_used'; usage: EventOf<'agent_usage'>['data'] }
+  | { type: 'agent_answered'; cause: number; answer: AgentAnswer }
   | { type: 'agent_failed'; cause: number; code: string; message: string; retryAt?: string }
   | { type: 'command_finished'; cause: number; command: string; result: CommandResult }
   | { type: 'command_interrupted'; cause: number; command: string; why: string }
@@ -113,11 +114,11 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
       return [{ source: env, type: 'runtime_status', data: { status: input.status } }];
     case 'runtime_lost':
       return [{ source: env, type: 'runtime_status', data: { status: 'disconnected', message: input.message } }];
+    // What an LLM call used is stored apart, before its answer, so it counts even when the answer is stale.
+    case 'agent_used':
+      return [{ source: 'agent', type: 'agent_usage', data: input.usage }];
     case 'agent_answered':
-      return [
-        ...(input.usage ? [{ source: 'agent', type: 'agent_usage', data: input.usage } as const] : []),
-        agentEvent(input.answer, input.cause),
-      ];
+      return [agentEvent(input.answer, input.cause)];
     case 'agent_failed': {
       const { code, message, retryAt, cause } = input;
       const data = retryAt === undefined ? { code, message } : { code, message, retry_at: retryAt };

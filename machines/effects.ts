@@ -42,9 +42,8 @@ export function effectsOf(snapshot: SessionSnapshot): Effect[] {
     effects.push({ type: 'interrupt_command', cause: pending.eventId, command: pending.command });
   } else if (pending && snapshot.matches({ active: { running: 'executing' } })) {
     const { eventId: cause, command } = pending;
-    // A runtime asked for after the command (a reconnect: legal here only once the runtime was
-    // lost) means the command was sent to a lost runtime: it stays failed, never runs late.
-    const lost = context.runtimeLost ?? (context.runtimeCause > cause ? 'the runtime was lost when it was sent' : null);
+    // Sent to a lost runtime: it fails, also once a reconnect has come before its report.
+    const lost = context.runtimeLost ?? pending.lost ?? null;
     effects.push(
       lost === null ? { type: 'run_command', cause, command } : { type: 'fail_command', cause, command, why: lost },
     );

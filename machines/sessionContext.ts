@@ -36,6 +36,8 @@ export interface PendingCommand {
    * it died with the old process. It is reported as interrupted, never run again.
    */
   interrupted?: true;
+  /** It was sent while the runtime was lost (a reconnect came after): it fails, never runs late. */
+  lost?: string;
 }
 
 /** A deadline is data, so it survives snapshots and is armed again after rehydration. */

@@ -101,7 +101,7 @@ export const sessionMachine = sessionSetup.createMachine({
         'runtime.disconnected': { target: '.error', actions: ['runtimeLost', 'recordFailure'] },
         'user.reconnect_runtime': { guard: 'hasLostRuntime', actions: 'requestRuntime' },
         // Back after a crash (no passivation): a command that was out is reported interrupted.
-        'session.rehydrate': { actions: ['forgetState', 'interruptCommand'] },
+        'session.rehydrate': { actions: ['forgetState', 'interruptCommand', 'forgetRuntimeProcess'] },
         'session.close': { target: 'closed' },
       },
       states: {
@@ -186,7 +186,19 @@ export const sessionMachine = sessionSetup.createMachine({
                     target: '#session.active.awaiting_user_input',
                     actions: 'clearCommand',
                   },
+                  // Version 3 logs: their `executing` took any output as its command's (kept so they fold as written).
+                  {
+                    guard: 'writtenUnderVersion3',
+                    target: '#session.active.awaiting_user_input',
+                    actions: 'clearCommand',
+                  },
+                  // The late output of an older command (stopped, then a new one sent): recorded, nothing changes.
+                  { guard: 'answersOlderCommand', actions: 'recordOlderOutput' },
                 ],
+                'user.reconnect_runtime': {
+                  guard: 'hasLostRuntime',
+                  actions: ['failPendingCommand', 'requestRuntime'],
+                },
               },
             },
           },
@@ -233,7 +245,7 @@ export const sessionMachine = sessionSetup.createMachine({
           tags: ['error'],
           on: {
             ...startsWork,
-            'user.reconnect_runtime': { actions: 'requestRuntime' },
+            'user.reconnect_runtime': { guard: 'runtimeNotComingUp', actions: 'requestRuntime' },
             'runtime.connected': { target: 'awaiting_user_input', actions: 'runtimeConnected' },
             'user.change_state': stops,
             'command.finished': recordsLateOutput,

@@ -52,8 +52,23 @@ export const sessionSetup = setup({
       runtimeCause: ({ event }) => event.eventId,
       runtimeLost: null,
     }),
-    markRunning: assign({ runningSince: ({ event }) => event.at ?? null }),
-    clearRunning: assign({ runningSince: null }),
+    // A running spell outlives a passivation: a session that comes back running is not one more running.
+    markRunning: assign({
+      runningSince: ({ context, event }) =>
+        event.type === 'session.rehydrate' && context.runningSince !== null ? context.runningSince : (event.at ?? null),
+    }),
+    clearRunning: assign({
+      runningSince: ({ context, event }) => (event.type === 'session.passivate' ? context.runningSince : null),
+    }),
+    // Back after a crash: the old process's runtime is gone (one coming up is brought up again).
+    forgetRuntimeProcess: assign({
+      runtime: ({ context }) => (context.runtime === 'connected' ? ('stopped' as const) : context.runtime),
+    }),
+    // A command sent to a lost runtime is failed, also when a reconnect comes before its report.
+    failPendingCommand: assign({
+      pendingCommand: ({ context }) =>
+        context.pendingCommand && { ...context.pendingCommand, lost: context.runtimeLost ?? 'the runtime was lost' },
+    }),
     // A step's cause is what the agent answers: the user message it has not
     // read yet, else the event that started the step (an observation, a resume,
     // a retry). A step retried after the session came back keeps its cause.
@@ -85,6 +100,8 @@ export const sessionSetup = setup({
       stepCause: null,
     }),
     clearCommand: assign({ pendingCommand: null }),
+    // Takes an event that changes nothing but is stored (xstate's `can()` counts a transition with an action).
+    recordOlderOutput: assign({}),
     // Back after a crash: a command that was out died with the old process.
     interruptCommand: assign({
       pendingCommand: ({ context }) => context.pendingCommand && { ...context.pendingCommand, interrupted: true },
@@ -132,10 +149,20 @@ export const sessionSetup = setup({
     hasPendingCommand: ({ context }) => context.pendingCommand !== null,
     hasNoPendingCommand: ({ context }) => context.pendingCommand === null,
     hasLostRuntime: ({ context }) => context.runtimeLost !== null,
+    /** No runtime is being brought up already (a second reconnect would replace it at once). */
+    runtimeNotComingUp: ({ context }) =>
+      !['reconnecting', 'starting', 'connecting', 'setting_up'].includes(context.runtime),
+    /** The log was written under version 3, whose `executing` took any command's output as its own. */
+    writtenUnderVersion3: ({ context }) => context.machineVersion <= 3,
     answersCurrentStep: ({ context, event }) =>
       'cause' in event && context.stepCause !== null && event.cause === context.stepCause,
     answersPendingCommand: ({ context, event }) =>
       'cause' in event && context.pendingCommand !== null && event.cause === context.pendingCommand.eventId,
+    answersOlderCommand: ({ context, event }) =>
+      'cause' in event &&
+      event.cause !== undefined &&
+      context.pendingCommand !== null &&
+      event.cause < context.pendingCommand.eventId,
     pendingCommandWasAgents: ({ context }) => context.pendingCommand?.source === 'agent',
     needsConfirmation: ({ context, event }) => context.confirmationMode && event.type === 'agent.run' && event.risky,
     deadlinePassed: ({ context, event }) =>

@@ -16,9 +16,11 @@ export interface Upcaster {
 export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
   3: {
     reinterprets:
-      'nothing: version 4 adds context derived from events that version 3 logs already hold (runtime lost, ' +
-      'running since, interrupted commands), accepts runtime steps from any starting sub-state, and only ' +
-      "takes a command's own output in `executing`. A v3 `runtime_status reconnecting` still reads as a runtime starting.",
+      'events, nothing: version 4 adds context derived from events version 3 logs already hold (runtime lost, ' +
+      'running since, interrupted commands). One rule changed: `executing` now finishes only with its own ' +
+      "command's output; a version 3 log keeps version 3's rule (any output finishes it) through the guard " +
+      '`writtenUnderVersion3` on `context.machineVersion`, until its `machine_upgraded`. A version 3 ' +
+      '`runtime_status reconnecting` still reads as a runtime starting.',
     upcast: (event) => event,
   },
 };

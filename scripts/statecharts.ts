@@ -188,6 +188,10 @@ export function statechartsMarkdown(entries: MachineEntry[] = machineEntries()):
     'initial state of each level. `tether machines` prints the same machines as JSON for the Stately',
     'visualizer, and `tether replay <conversation_id>` walks a stored conversation through them.',
     '',
+    'The machines run nothing: every action only assigns context. What a state asks for (a runtime, an agent',
+    'step, a command, a deadline) is read from it by `effectsOf` ([machines/effects.ts](../machines/effects.ts)),',
+    'and what gets stored when is decided by `decide` ([machines/decide.ts](../machines/decide.ts)), beside them.',
+    '',
     entries.map(machineSection).join('\n\n'),
     '',
   ].join('\n');

@@ -60,11 +60,12 @@ type EffectName = 'agent step' | 'command' | 'runtime start' | 'runtime stop';
 
 /**
  * Runs the effects a session's state asks for (`effectsOf`): a runtime, an
- * agent step, a command, or the report of a command that cannot run. It keeps
- * no state that changes what the session does next: only the live runtime
- * process (named by the event that asked for it) and an abort signal. Every
- * result goes back to the decider, so it is stored before it takes effect, and
- * a result the session no longer wants (a stale step) is refused and dropped.
+ * agent step, a command, or the report of a command that cannot run. What the
+ * session does next is never decided here: it keeps only the processes at
+ * hand (the live runtime, named by the event that asked for it, a start under
+ * way, a death being reported) and an abort signal. Every result goes back to
+ * the decider, so it is stored before it takes effect, and a result the
+ * session no longer wants (a stale step) is refused and dropped.
  */
 export class EffectRunner {
   readonly #host: EffectHost;
@@ -168,10 +169,13 @@ export class EffectRunner {
       // Another start (for an older cause) finishes first; then look again.
       await this.#starting.done;
     }
+    // Taken at once, before anything is awaited: a second caller finds this start and waits for it.
     const old = this.#runtime;
     this.#runtime = null;
-    if (old) await this.#timed('runtime stop', cause, () => old.process.stop());
-    const done = this.#timed('runtime start', cause, () => this.#startRuntime(cause)).finally(() => {
+    const done = (async () => {
+      if (old) await this.#timed('runtime stop', cause, () => old.process.stop());
+      return this.#timed('runtime start', cause, () => this.#startRuntime(cause));
+    })().finally(() => {
       if (this.#starting?.done === done) this.#starting = null;
     });
     this.#starting = { done, cause };
@@ -187,6 +191,7 @@ export class EffectRunner {
       if (this.#abort.signal.aborted) throw new Error('the session is closing');
       await this.#progress('setting_up');
       await this.#setUpWorkspace(runtime);
+      if (!runtime.alive) throw new Error('the runtime exited while it was being set up');
     } catch (err) {
       await runtime.stop();
       if (this.#abort.signal.aborted) return null;
@@ -195,6 +200,10 @@ export class EffectRunner {
         type: 'runtime_lost',
         message: `the runtime failed to start: ${errorFields(err).error}`,
       });
+      return null;
+    }
+    if (this.#abort.signal.aborted) {
+      await runtime.stop();
       return null;
     }
     this.#runtime = { process: runtime, cause };
@@ -252,8 +261,9 @@ export class EffectRunner {
       return 'agent_error';
     }
     if (this.#abort.signal.aborted) return 'aborted';
+    if (action.usage) await this.#host.decide({ type: 'agent_used', usage: action.usage });
     const answer = answerOf(action);
-    await this.#host.decide({ type: 'agent_answered', cause, answer, ...(action.usage && { usage: action.usage }) });
+    await this.#host.decide({ type: 'agent_answered', cause, answer });
     return answer.type === 'run' ? 'command' : answer.type;
   }
 

@@ -1,14 +1,10 @@
-import { createActor, type Actor } from 'xstate';
 import {
   agentStateOf,
   decide,
-  inputFrom,
   isBusy,
   sessionMachine,
-  toSessionEvent,
   type Deadline,
   type DecisionInput,
-  type SessionMachine,
   type SessionSnapshot,
 } from '../../machines/index.ts';
 import type {
@@ -53,11 +49,13 @@ export interface RestoredState {
 type CreatedData = Omit<EventOf<'conversation_created'>['data'], 'machine_version'>;
 
 /**
- * One live conversation: an XState actor behind a mailbox. Every change is
- * one job: read the snapshot, ask the decider (`machines/decide.ts`) which
- * events to store, append them, apply each to the actor once acknowledged,
- * then run what the new state asks for (`effectsOf`). Effects run outside the
- * mailbox; their results come back as decider inputs.
+ * One live conversation: the session machine's actor, hosted as a mailbox over
+ * its snapshot. Every change is one job: read the snapshot, ask the decider
+ * (`machines/decide.ts`) which events to store and where they lead, append
+ * them, adopt the state they lead to once JetStream acknowledged them, then run
+ * what that state asks for (`effectsOf`). The machine is stepped once per
+ * event, by the decider (xstate's pure transition); effects run outside the
+ * mailbox and their results come back as decider inputs.
  */
 export class Session {
   readonly conversationId: string;
@@ -65,7 +63,8 @@ export class Session {
   readonly #log: SessionLog;
   readonly #effects: SessionEffects;
   readonly #mask: Masker;
-  #actor: Actor<SessionMachine> | null = null;
+  /** The machine's state as of `lastSeq`: the decider's, adopted once JetStream acknowledged its events. */
+  #snapshot: SessionSnapshot | undefined;
   #mailbox: Promise<unknown> = Promise.resolve();
   #closed: string | null = null;
 
@@ -85,12 +84,7 @@ export class Session {
       deps,
       (deadline) => void this.#deadlinePassed(deadline),
     );
-    // From a snapshot the input is not read: the context comes with the snapshot.
-    if (restored)
-      this.#actor = createActor(sessionMachine, {
-        snapshot: restored.snapshot,
-        input: restored.snapshot.context,
-      }).start();
+    this.#snapshot = restored?.snapshot;
   }
 
   /** A new conversation: stores its creation record, then starts what its first state asks for. */
@@ -133,7 +127,7 @@ export class Session {
   }
 
   get snapshot(): SessionSnapshot | undefined {
-    return this.#actor?.getSnapshot();
+    return this.#snapshot;
   }
   get state(): AgentState {
     const snapshot = this.snapshot;
@@ -224,7 +218,6 @@ export class Session {
     await this.#waitForStart();
     this.#markClosed(reason);
     await this.#mailbox;
-    this.#actor?.stop();
     await this.#effects.stop(reason);
   }
 
@@ -270,20 +263,12 @@ export class Session {
       // A retried action stored once already: nothing of this decision is stored.
       if (result.duplicate) return result;
       first ??= result;
-      this.#apply(event);
     }
+    // Persist, then apply: the state the decider computed takes effect once every event of it is
+    // acknowledged. (An append that fails closes the session: it is reloaded from the log.)
+    this.#snapshot = decision.snapshot;
     this.#afterDecision(before);
     return first!;
-  }
-
-  /** Persist, then apply: called for each event once JetStream acknowledged it. */
-  #apply(event: StoredEvent): void {
-    if (event.type === 'conversation_created') {
-      this.#actor = createActor(sessionMachine, { input: inputFrom(event) }).start();
-      return;
-    }
-    const machineEvent = toSessionEvent(event);
-    if (machineEvent) this.#actor?.send(machineEvent);
   }
 
   #afterDecision(before: SessionSnapshot | undefined): void {
@@ -300,7 +285,8 @@ export class Session {
       await this.decide({ type: 'deadline', name: deadline.name });
     } catch (err) {
       // A deadline the state no longer keeps (it moved on meanwhile) is refused: nothing to do.
-      if (!(err instanceof IllegalTransitionError || err instanceof SessionClosedError)) throw err;
+      if (err instanceof IllegalTransitionError || err instanceof SessionClosedError) return;
+      this.#log.warn('deadline not stored', err);
     }
   }
 
@@ -310,8 +296,8 @@ export class Session {
   }
 
   async #writeSnapshot(): Promise<void> {
-    const actor = this.#actor;
-    if (actor) await this.#log.writeSnapshot(actor.getPersistedSnapshot());
+    const snapshot = this.#snapshot;
+    if (snapshot) await this.#log.writeSnapshot(sessionMachine.getPersistedSnapshot(snapshot));
   }
 
   async #waitForStart(): Promise<void> {

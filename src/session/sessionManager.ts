@@ -12,7 +12,7 @@ import type {
 import type { RuntimeProvider } from '../runtime/index.ts';
 import type { ConversationRecord, ConversationStore, EventLog, ReadPage, SnapshotStore } from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
-import { ConversationNotFoundError, SessionClosedError } from './errors.ts';
+import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { loadSessionState, wasMidTask } from './loadSession.ts';
 import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
 import { maskingLogger } from './secretMasker.ts';
@@ -281,11 +281,14 @@ export class SessionManager {
   #revive(session: Session): Session {
     if (session.runtimeLost) {
       this.#logger.info('reconnecting a dead runtime', { conversation_id: session.conversationId });
-      void session.act({ type: 'reconnect_runtime' }).catch((err) =>
-        this.#logger.warn('runtime reconnect failed', {
-          conversation_id: session.conversationId,
-          ...errorFields(err),
-        }),
+      void session.act({ type: 'reconnect_runtime' }).catch((err: unknown) =>
+        // Another connection's reconnect may have come first: this one is then refused, as it should be.
+        err instanceof IllegalTransitionError
+          ? undefined
+          : this.#logger.warn('runtime reconnect failed', {
+              conversation_id: session.conversationId,
+              ...errorFields(err),
+            }),
       );
     }
     return session;

@@ -215,11 +215,17 @@ describe('session machine: the rest of the lifecycle', () => {
     expect(effectsOf(again)).toEqual([{ type: 'start_runtime', cause: 0 }]);
   });
 
-  it("takes only the pending command's output while executing", () => {
+  it("finishes a command only with its own output while executing; an older one's is recorded and changes nothing", () => {
     const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false }], thinking());
-    expect(executing.can({ type: 'command.finished', eventId: 4, cause: 2 })).toBe(false);
+    const older = run([{ type: 'command.finished', eventId: 4, cause: 2 }], executing);
+    expect(older.value).toEqual(executing.value);
+    expect(older.context.pendingCommand).toEqual(executing.context.pendingCommand);
     expect(executing.can({ type: 'command.finished', eventId: 4, cause: 99 })).toBe(false);
-    expect(executing.can({ type: 'command.finished', eventId: 4, cause: 3 })).toBe(true);
+    expect(executing.can({ type: 'command.finished', eventId: 4, cause: undefined })).toBe(false);
+    // Its own output ends it (an agent's command: the agent is asked again about it).
+    const done = run([{ type: 'command.finished', eventId: 4, cause: 3 }], executing);
+    expect(done.context.pendingCommand).toBeNull();
+    expect(done.context.stepCause).toBe(4);
   });
 
   it('reports error with a reason when the start deadline passes, and not before', () => {

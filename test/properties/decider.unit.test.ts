@@ -25,6 +25,7 @@ const choice = fc.record({
     'runtime_progress',
     'runtime_lost',
     'agent',
+    'agent_used',
     'agent_failed',
     'command',
     'deadline',
@@ -77,9 +78,10 @@ function inputFor(snapshot: SessionSnapshot, c: Choice, nextId: number): Decisio
         { type: 'run', command: 'rm -rf /', risk: 'high' },
         { type: 'finish', content: 'finished' },
       ] as const;
-      const usage = c.pick % 2 === 0 ? { usage: { prompt_tokens: 10, completion_tokens: 5, cost: 0.3 } } : {};
-      return { type: 'agent_answered', cause: stepCause, answer: answers[c.pick % answers.length]!, ...usage };
+      return { type: 'agent_answered', cause: stepCause, answer: answers[c.pick % answers.length]! };
     }
+    case 'agent_used':
+      return { type: 'agent_used', usage: { prompt_tokens: 10, completion_tokens: 5, cost: 0.3 } };
     case 'agent_failed':
       return c.pick % 2 === 0
         ? { type: 'agent_failed', cause: stepCause, code: 'AGENT_FAILED', message: 'boom' }

@@ -90,7 +90,8 @@ describe('rehydration', () => {
         snapshots,
         runtimes: memoryRuntimeProvider(),
         agentFor: () => scriptedAgent(),
-        // Eight conversations of one user run at once here: the per-user cap is not what this tests.
+        // Eight conversations of one user run at once here, so the default per-user cap (3) would rightly
+        // send five out of memory again: that cap is tested on its own (tooManyConversations, passivation e2e).
         limits: { rehydrateConcurrency: 1, maxRunningPerUser: 8 },
       });
     const first = make();
