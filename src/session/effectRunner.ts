@@ -1,19 +1,14 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { AgentAnswer, DecisionInput, Effect } from '../../machines/index.ts';
-import {
-  LlmAuthenticationError,
-  LlmRateLimitError,
-  rateCommand,
-  type Agent,
-  type AgentAction,
-} from '../agent/index.ts';
+import type { DecisionInput, Effect } from '../../machines/index.ts';
+import { LlmAuthenticationError, LlmRateLimitError, type Agent, type AgentAction } from '../agent/index.ts';
 import { TetherError } from '../errors.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StatusFrame, StoredEvent } from '../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { EventLog } from '../store/index.ts';
 import type { ConversationFeed } from './conversationFeed.ts';
+import { answerOf, outcomeOf, STATUS } from './effectResults.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
 
 export interface EffectDeps {
@@ -41,20 +36,6 @@ export interface EffectHost {
 
 /** A workspace's own set-up script, relative to the workspace. */
 export const SETUP_SCRIPT = '.tether/setup.sh';
-
-const STATUS = {
-  starting: { level: 'info', id: 'STATUS$STARTING_RUNTIME', message: 'Starting the runtime...' },
-  connecting: { level: 'info', id: 'STATUS$CONNECTING_RUNTIME', message: 'Connecting to the runtime...' },
-  setting_up: { level: 'info', id: 'STATUS$SETTING_UP_WORKSPACE', message: 'Setting up the workspace...' },
-  connected: { level: 'info', id: 'STATUS$RUNTIME_CONNECTED', message: 'The runtime is ready.' },
-  failed: { level: 'error', id: 'STATUS$ERROR_RUNTIME_DISCONNECTED', message: 'The runtime is not available.' },
-  llmAuthentication: { level: 'error', id: 'STATUS$ERROR_LLM_AUTHENTICATION', message: 'The LLM refused the API key.' },
-  rateLimited: {
-    level: 'warning',
-    id: 'STATUS$LLM_RATE_LIMITED',
-    message: 'The LLM is rate limiting; the step is tried again shortly.',
-  },
-} as const satisfies Record<string, Omit<StatusFrame, 'type'>>;
 
 type EffectName = 'agent step' | 'command' | 'runtime start' | 'runtime stop';
 
@@ -314,25 +295,4 @@ export class EffectRunner {
       return 'runtime unavailable';
     }
   }
-}
-
-function answerOf(action: AgentAction): AgentAnswer {
-  switch (action.type) {
-    case 'message':
-      return action.waitForResponse === false
-        ? { type: 'message', content: action.content, waitForResponse: false }
-        : { type: 'message', content: action.content };
-    case 'run':
-      return { type: 'run', command: action.command, risk: rateCommand(action.command) };
-    case 'finish':
-      return { type: 'finish', content: action.content };
-  }
-}
-
-/** How an effect's work ended, in a word, for debug lines. */
-function outcomeOf(result: unknown): string {
-  if (typeof result === 'string') return result;
-  if (result === null) return 'not started';
-  // A runtime start returns the runtime; other work returns nothing.
-  return result === undefined ? 'done' : 'connected';
 }
