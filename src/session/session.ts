@@ -242,21 +242,23 @@ export class Session {
     if (!decision.ok) {
       const duplicate = msgId === undefined ? null : await this.#log.probeDuplicate(msgId);
       if (duplicate) return duplicate;
-      this.#log.debug('refused', {
-        input: inputName(input),
-        code: decision.code,
-        state: decision.state,
-        reason: decision.reason,
-      });
+      if (this.#log.isDebug)
+        this.#log.debug('refused', {
+          input: inputName(input),
+          code: decision.code,
+          state: decision.state,
+          reason: decision.reason,
+        });
       if (decision.code === 'ENDED') throw new SessionClosedError(this.conversationId, decision.reason);
       throw new IllegalTransitionError(decision.reason, decision.state);
     }
-    this.#log.debug('decided', {
-      input: inputName(input),
-      from: this.state,
-      to: agentStateOf(decision.snapshot),
-      events: decision.events.map((e) => e.type),
-    });
+    if (this.#log.isDebug)
+      this.#log.debug('decided', {
+        input: inputName(input),
+        from: this.state,
+        to: agentStateOf(decision.snapshot),
+        events: decision.events.map((e) => e.type),
+      });
     let first: SubmitResult | undefined;
     for (const event of decision.events) {
       const result = await this.#log.append(event, first === undefined ? msgId : undefined);

@@ -100,11 +100,12 @@ export class SessionLog {
   async append(event: StoredEvent, msgId?: string): Promise<SubmitResult> {
     try {
       const result = await this.#deps.log.append(event, { expectedLastSeq: this.#lastSeq, msgId });
-      this.debug(result.duplicate ? 'append was a duplicate: stored once already' : 'appended', {
-        event_id: event.id,
-        type: event.type,
-        seq: result.seq,
-      });
+      if (this.isDebug)
+        this.debug(result.duplicate ? 'append was a duplicate: stored once already' : 'appended', {
+          event_id: event.id,
+          type: event.type,
+          seq: result.seq,
+        });
       if (result.duplicate) return result;
       this.#lastSeq = result.seq;
       this.#nextEventId = event.id + 1;
@@ -171,7 +172,12 @@ export class SessionLog {
     await this.#deps.snapshots.put(record);
   }
 
-  /** A debug line about this conversation; builds nothing unless debug lines are written. */
+  /** Whether debug lines are written: test it before building a line's fields (appends and decisions are hot). */
+  get isDebug(): boolean {
+    return this.#deps.logger.isDebug;
+  }
+
+  /** A debug line about this conversation. */
   debug(message: string, fields: Record<string, unknown>): void {
     if (this.#deps.logger.isDebug)
       this.#deps.logger.debug(message, { conversation_id: this.#conversationId, ...fields });
