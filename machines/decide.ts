@@ -54,7 +54,7 @@ export interface DecisionStamp {
   now: Date;
 }
 
-export const DEADLINE_MESSAGES: Record<Deadline['name'], string> = {
+const DEADLINE_MESSAGES: Record<Deadline['name'], string> = {
   start: 'the session did not finish starting in time',
   retry: 'the rate-limit wait is over; trying the step again',
 };

@@ -1,4 +1,4 @@
-import type { Deadline } from './sessionContext.ts';
+import { isComingUp, type Deadline } from './sessionContext.ts';
 import type { SessionSnapshot } from './sessionMachine.ts';
 
 /**
@@ -20,8 +20,6 @@ export type Effect =
   /** Wake up at the deadline, then tell the decider it passed. */
   | { type: 'wake_at'; deadline: Deadline };
 
-const COMING_UP = new Set(['reconnecting', 'starting', 'connecting', 'setting_up']);
-
 /**
  * The effects a snapshot asks for, read from its state and context alone, so
  * a session folded from the log after a restart asks for exactly what the live
@@ -31,7 +29,7 @@ export function effectsOf(snapshot: SessionSnapshot): Effect[] {
   if (snapshot.status !== 'active' || snapshot.matches('passivated')) return [];
   const { context } = snapshot;
   const effects: Effect[] = [];
-  if (snapshot.matches('starting') || COMING_UP.has(context.runtime)) {
+  if (snapshot.matches('starting') || isComingUp(context.runtime)) {
     effects.push({ type: 'start_runtime', cause: context.runtimeCause });
   }
   if (context.stepCause !== null && snapshot.matches({ active: { running: 'thinking' } })) {

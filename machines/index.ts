@@ -17,7 +17,6 @@ export { foldEvents, type Fold, type FoldStep, type FoldOptions } from './fold.t
 export { inputFrom } from './input.ts';
 export {
   decide,
-  DEADLINE_MESSAGES,
   type AgentAnswer,
   type Decision,
   type DecisionInput,
@@ -25,5 +24,4 @@ export {
   type RefusalCode,
 } from './decide.ts';
 export { effectsOf, effectKey, type Effect } from './effects.ts';
-export { initialSnapshot, nextSnapshot } from './step.ts';
 export { UPCASTERS, upcasterFor, type Upcaster } from './upcasters.ts';

@@ -40,6 +40,13 @@ export interface PendingCommand {
   lost?: string;
 }
 
+const COMING_UP: ReadonlySet<RuntimeStatus> = new Set(['reconnecting', 'starting', 'connecting', 'setting_up']);
+
+/** A runtime is being brought up (created, reconnected), not yet connected nor lost. */
+export function isComingUp(runtime: RuntimeStatus): boolean {
+  return COMING_UP.has(runtime);
+}
+
 /** A deadline is data, so it survives snapshots and is armed again after rehydration. */
 export interface Deadline {
   name: 'start' | 'retry';

@@ -1,6 +1,6 @@
 import { and, assign, or, setup } from 'xstate';
 import type { AgentState } from '../src/protocol/index.ts';
-import type { SessionContext, SessionInput } from './sessionContext.ts';
+import { isComingUp, type SessionContext, type SessionInput } from './sessionContext.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 
 /** A state's tags: its agent state (exactly one per state users can see), and `busy` where it works by itself. */
@@ -150,8 +150,7 @@ export const sessionSetup = setup({
     hasNoPendingCommand: ({ context }) => context.pendingCommand === null,
     hasLostRuntime: ({ context }) => context.runtimeLost !== null,
     /** No runtime is being brought up already (a second reconnect would replace it at once). */
-    runtimeNotComingUp: ({ context }) =>
-      !['reconnecting', 'starting', 'connecting', 'setting_up'].includes(context.runtime),
+    runtimeNotComingUp: ({ context }) => !isComingUp(context.runtime),
     /** The log was written under version 3, whose `executing` took any command's output as its own. */
     writtenUnderVersion3: ({ context }) => context.machineVersion <= 3,
     answersCurrentStep: ({ context, event }) =>

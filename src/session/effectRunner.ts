@@ -35,7 +35,7 @@ export interface EffectHost {
 }
 
 /** A workspace's own set-up script, relative to the workspace. */
-export const SETUP_SCRIPT = '.tether/setup.sh';
+const SETUP_SCRIPT = '.tether/setup.sh';
 
 type EffectName = 'agent step' | 'command' | 'runtime start' | 'runtime stop';
 

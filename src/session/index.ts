@@ -8,6 +8,5 @@ export {
 export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts';
 export { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';
 export { Session, type SubmitResult, type RestoredState } from './session.ts';
-export { EffectRunner, SETUP_SCRIPT } from './effectRunner.ts';
 export { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 export { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';

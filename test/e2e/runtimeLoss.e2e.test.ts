@@ -1,6 +1,6 @@
-import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bashesIn } from '../support/processes.ts';
 import { createConversation, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
 
@@ -15,21 +15,7 @@ afterAll(async () => {
 });
 
 /** The conversation's runtime: the bash that the server started in its workspace. */
-function runtimePid(serverPid: number, workspace: string): number | undefined {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      if (comm === 'bash' && Number(fields[1]) === serverPid && readlinkSync(`/proc/${entry}/cwd`) === workspace)
-        return Number(entry);
-    } catch {
-      // The process went away while we looked.
-    }
-  }
-  return undefined;
-}
+const runtimePid = (serverPid: number, workspace: string): number | undefined => bashesIn(workspace, serverPid)[0]?.pid;
 
 const stateIs = (state: string) => (f: Frame) =>
   f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === state;

@@ -1,4 +1,4 @@
-import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -14,6 +14,7 @@ import {
   type ServerProcess,
 } from '../support/serverProcess.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
+import { bashesIn, processes } from '../support/processes.ts';
 
 // Everything here goes over REST: a WebSocket connection to a conversation whose
 // runtime was lost starts a new runtime by design, and that is not what is tested.
@@ -40,39 +41,6 @@ async function start(dataDir: string): Promise<ServerProcess> {
   servers.push(server);
   return server;
 }
-
-interface Proc {
-  pid: number;
-  ppid: number;
-  comm: string;
-  cwd: string | undefined;
-}
-
-/** Every process on this machine, from /proc. */
-function processes(): Proc[] {
-  const found: Proc[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      let cwd: string | undefined;
-      try {
-        cwd = readlinkSync(`/proc/${entry}/cwd`);
-      } catch {
-        cwd = undefined;
-      }
-      found.push({ pid: Number(entry), ppid: Number(fields[1]), comm, cwd });
-    } catch {
-      // The process went away while we looked.
-    }
-  }
-  return found;
-}
-
-/** The bash processes working in this workspace, whoever started them (a runtime is one). */
-const bashesIn = (workspace: string) => processes().filter((p) => p.comm === 'bash' && p.cwd === workspace);
 
 /** The stored events once `test` holds for them. */
 function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean) {

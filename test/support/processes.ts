@@ -1,0 +1,39 @@
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
+
+export interface Proc {
+  pid: number;
+  ppid: number;
+  comm: string;
+  /** Its working directory, when it can be read. */
+  cwd: string | undefined;
+}
+
+/** Every process on this machine, from /proc (one that goes away while it is read is left out). */
+export function processes(): Proc[] {
+  const found: Proc[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      let cwd: string | undefined;
+      try {
+        cwd = readlinkSync(`/proc/${entry}/cwd`);
+      } catch {
+        cwd = undefined;
+      }
+      found.push({ pid: Number(entry), ppid: Number(fields[1]), comm, cwd });
+    } catch {
+      // The process went away while we looked.
+    }
+  }
+  return found;
+}
+
+/** The bash processes working in this workspace (a conversation's runtime is one), optionally only children of `parent`. */
+export function bashesIn(workspace: string, parent?: number): Proc[] {
+  return processes().filter(
+    (p) => p.comm === 'bash' && p.cwd === workspace && (parent === undefined || p.ppid === parent),
+  );
+}
