@@ -21,6 +21,7 @@ export const ConfigSchema = z.object({
   TETHER_WS_FRAME_BURST: positiveInt.default(200),
   TETHER_MAX_CONNECTIONS_PER_CONVERSATION: positiveInt.default(32),
   TETHER_WS_PING_MS: positiveInt.default(30_000),
+  TETHER_WS_CLOSE_TIMEOUT_MS: positiveInt.default(30_000),
   TETHER_COMMAND_TIMEOUT_MS: positiveInt.default(30_000),
   TETHER_OUTPUT_CAP_BYTES: positiveInt.default(65_536),
   TETHER_CLOSE_DELAY_MS: positiveInt.default(120_000),
@@ -51,7 +52,13 @@ export interface Config {
   maxFrameBytes: number;
   maxBodyBytes: number;
   maxPendingBytes: number;
-  ws: { framesPerSecond: number; frameBurst: number; maxConnectionsPerConversation: number; pingIntervalMs: number };
+  ws: {
+    framesPerSecond: number;
+    frameBurst: number;
+    maxConnectionsPerConversation: number;
+    pingIntervalMs: number;
+    closeTimeoutMs: number;
+  };
   commandTimeoutMs: number;
   outputCapBytes: number;
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
@@ -96,6 +103,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       frameBurst: c.TETHER_WS_FRAME_BURST,
       maxConnectionsPerConversation: c.TETHER_MAX_CONNECTIONS_PER_CONVERSATION,
       pingIntervalMs: c.TETHER_WS_PING_MS,
+      closeTimeoutMs: c.TETHER_WS_CLOSE_TIMEOUT_MS,
     },
     commandTimeoutMs: c.TETHER_COMMAND_TIMEOUT_MS,
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,

@@ -18,6 +18,7 @@ export interface TetherServerOptions {
     frameBurst?: number;
     maxConnectionsPerConversation?: number;
     pingIntervalMs?: number;
+    closeTimeoutMs?: number;
   };
   /** Whether the server can serve (its event store is reachable), for `/readyz`. */
   ready?: () => boolean | Promise<boolean>;

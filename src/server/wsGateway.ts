@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, type WebSocket } from 'ws';
+import { WebSocketServer, type ServerOptions, type WebSocket } from 'ws';
 import { errorFields, type Logger } from '../logger.ts';
 import { ConversationId } from '../protocol/index.ts';
 import { ConversationNotFoundError, type SessionManager } from '../session/index.ts';
@@ -26,6 +26,8 @@ export interface WsGatewayOptions {
   maxConnectionsPerConversation?: number;
   /** The server pings every this many ms; a peer that has not answered the previous ping is dropped. */
   pingIntervalMs?: number;
+  /** After the server closes a connection, how long it waits for the peer's close frame before it drops the socket. */
+  closeTimeoutMs?: number;
 }
 
 /**
@@ -39,7 +41,14 @@ export class WsGateway {
 
   constructor(options: WsGatewayOptions) {
     this.#options = options;
-    this.#wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, perMessageDeflate: false });
+    // ws 8.23 takes `closeTimeout`; @types/ws 8.18 does not list it yet.
+    const serverOptions: ServerOptions & { closeTimeout: number } = {
+      noServer: true,
+      maxPayload: options.maxFrameBytes,
+      perMessageDeflate: false,
+      closeTimeout: options.closeTimeoutMs ?? 30_000,
+    };
+    this.#wss = new WebSocketServer(serverOptions);
     this.#heartbeat = setInterval(() => this.#ping(), options.pingIntervalMs ?? 30_000);
     this.#heartbeat.unref();
   }

@@ -29,9 +29,14 @@ let server: ServerProcess;
 const sockets: WsClient[] = [];
 
 beforeAll(async () => {
-  // A paused client cannot answer pings: no heartbeat drop during the test, only the 1013.
+  // A paused client cannot answer pings, nor the server's close frame until it reads again (which can be
+  // over 30 s later when the whole suite loads the machine): no heartbeat drop and no close timeout, only the 1013.
   server = await startServer({
-    env: { TETHER_OUTPUT_CAP_BYTES: String(OUTPUT_BYTES + 10_000), TETHER_WS_PING_MS: '600000' },
+    env: {
+      TETHER_OUTPUT_CAP_BYTES: String(OUTPUT_BYTES + 10_000),
+      TETHER_WS_PING_MS: '600000',
+      TETHER_WS_CLOSE_TIMEOUT_MS: '600000',
+    },
   });
 }, 60_000);
 
