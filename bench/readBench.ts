@@ -125,12 +125,15 @@ export async function tetherRead(f: ReadFixture, timeoutMs: number): Promise<Rea
  * The baseline: what a program following the subject would write with nats.js
  * v3: an ordered consumer on the one subject (a string filter: nats-server 2.9
  * has no `filter_subjects` list), consumed until nothing is pending, each message
- * JSON-parsed.
+ * JSON-parsed. Its pulls are bounded in bytes (8 MiB), as any reader's must be:
+ * a pull counted in messages (this baseline pulled 1,000 until 2026-11-24) can
+ * ask for more than the 64 MiB nats-server queues for one client when events are
+ * large, and the server then drops the reader's connection as a slow consumer.
  */
 export async function rawRead(f: ReadFixture, timeoutMs: number): Promise<ReadRun> {
   const t0 = performance.now();
   const consumer = await f.js.consumers.get(f.stream, { filter_subjects: f.subject });
-  const messages = await consumer.consume({ max_messages: 1000 });
+  const messages = await consumer.consume({ max_bytes: 8 * 1024 * 1024 });
   const parsed: unknown[] = [];
   const drain = (async () => {
     for await (const m of messages) {

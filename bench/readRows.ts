@@ -53,7 +53,7 @@ export async function measureRead(
       );
     }
     row = {
-      measurement: `(b) read: ${fmt.int(EVENTS)} events of one conversation, \`log.read\` vs raw ordered consumer + JSON.parse`,
+      measurement: `(b) read: ${fmt.int(EVENTS)} events of one conversation, \`log.read\` vs raw ordered consumer (pulls bounded to 8 MiB) + JSON.parse`,
       tether: `${fmt.ms(tether)} ms`,
       baseline: `${fmt.ms(raw)} ms`,
       ratio,

@@ -219,7 +219,7 @@ function rowsOf(
       target: '— (no target)',
     },
     {
-      measurement: `(d) rehydrate by full fold: \`loadSessionState\` with no snapshot (read + fold of ${n} events) vs raw ordered consumer read + JSON.parse (median)`,
+      measurement: `(d) rehydrate by full fold: \`loadSessionState\` with no snapshot (read + fold of ${n} events) vs raw ordered consumer read (pulls bounded to 8 MiB) + JSON.parse (median)`,
       tether: `${fmt.ms(foldMs)} ms`,
       baseline: `${fmt.ms(rawMs)} ms`,
       ratio: foldMs / rawMs,

@@ -14,7 +14,7 @@ import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
 import { JetStreamPublisher } from './jetStreamPublisher.ts';
 import { JetStreamTail, toLoggedEvent } from './jetStreamTail.ts';
-import { DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, ensureEventStream, subjectFor } from './natsConnection.ts';
+import { DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, ensureEventStream, pullBytes, subjectFor } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
 
 export interface JetStreamEventLogOptions {
@@ -24,10 +24,8 @@ export interface JetStreamEventLogOptions {
   subjectPrefix?: string;
 }
 
-/** Messages asked for in one pull; larger reads pull again. */
-const MAX_PULL = 10_000;
-/** A pull that delivers nothing for this long means the subject was purged under us. */
-const PULL_EXPIRES_MS = 10_000;
+/** A read that receives nothing for this long while messages are pending means the subject was purged under us. */
+const READ_STALL_MS = 10_000;
 /** Read consumers are deleted after use; this only bounds a leak if the delete is lost. */
 const READ_CONSUMER_IDLE_MS = 60_000;
 
@@ -54,6 +52,7 @@ const CONFLICT_CODES: ReadonlySet<number> = new Set([
 export class JetStreamEventLog implements EventLog {
   readonly stream: string;
   readonly subjectPrefix: string;
+  readonly #nc: NatsConnection;
   readonly #js: JetStreamClient;
   readonly #jsm: JetStreamManager;
   readonly #publisher: JetStreamPublisher;
@@ -61,6 +60,7 @@ export class JetStreamEventLog implements EventLog {
   constructor(nc: NatsConnection, jsm: JetStreamManager, options: JetStreamEventLogOptions = {}) {
     this.stream = options.stream ?? DEFAULT_STREAM;
     this.subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
+    this.#nc = nc;
     this.#js = jetstream(nc);
     this.#jsm = jsm;
     this.#publisher = new JetStreamPublisher(nc);
@@ -98,7 +98,7 @@ export class JetStreamEventLog implements EventLog {
         inactive_threshold: READ_CONSUMER_IDLE_MS,
       });
       try {
-        return await readPage(consumer, limit);
+        return await readPage(consumer, limit, pullBytes(this.#nc));
       } finally {
         consumer.delete().catch(() => {});
       }
@@ -136,7 +136,7 @@ export class JetStreamEventLog implements EventLog {
     const { afterSeq } = readRange({ afterSeq: options.afterSeq });
     const subject = subjectFor(this.subjectPrefix, conversationId);
     const open = () => this.#js.consumers.get(this.stream, { filter_subjects: subject, opt_start_seq: afterSeq + 1 });
-    return new JetStreamTail(open, conversationId);
+    return new JetStreamTail(open, conversationId, pullBytes(this.#nc));
   }
 
   async purge(conversationId: string): Promise<void> {
@@ -158,27 +158,35 @@ export class JetStreamEventLog implements EventLog {
 /**
  * Reads from a fresh ordered consumer until the page is full or nothing is
  * pending. The consumer's creation reply says how many messages match, so the
- * pull asks for exactly that many and never waits for a timeout.
+ * read stops at exactly that many and never waits for a timeout. Pulls are
+ * bounded in bytes, not messages: a pull of many large events would exceed
+ * what nats-server queues for one client (64 MiB by default), and the server
+ * would then drop the node's whole connection as a slow consumer.
  */
-async function readPage(consumer: Consumer, limit: number): Promise<ReadPage> {
-  let pending = (await consumer.info(true)).num_pending;
+async function readPage(consumer: Consumer, limit: number, maxBytes: number): Promise<ReadPage> {
+  const pending = (await consumer.info(true)).num_pending;
   const want = Math.min(limit, pending);
   const items: LoggedEvent[] = [];
-  while (items.length < want && pending > 0) {
-    const before = items.length;
-    const batch = await consumer.fetch({ max_messages: Math.min(want - before, MAX_PULL), expires: PULL_EXPIRES_MS });
-    // The pull asks for exactly what is pending, so only the batch's last
-    // message needs its JetStream info parsed (a tenth of a read's cost when done for each).
-    let last: JsMsg | undefined;
-    for await (const m of batch) {
+  if (want === 0) return { items, hasMore: pending > 0 };
+  const messages = await consumer.consume({ max_bytes: maxBytes });
+  let seen = 0;
+  const stall = setInterval(() => {
+    if (items.length === seen) messages.stop();
+    seen = items.length;
+  }, READ_STALL_MS);
+  // Only the last message needs its JetStream info parsed (a tenth of a read's cost when done for each).
+  let last: JsMsg | undefined;
+  try {
+    for await (const m of messages) {
       items.push(toLoggedEvent(m));
       last = m;
       if (items.length >= want) break;
     }
-    if (!last) break;
-    pending = last.info.pending;
+  } finally {
+    clearInterval(stall);
+    messages.stop();
   }
-  return { items, hasMore: pending > 0 };
+  return { items, hasMore: last ? last.info.pending > 0 : pending > 0 };
 }
 
 /** Opens the event log on `nc`, creating or updating its stream first. */

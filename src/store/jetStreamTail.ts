@@ -34,6 +34,8 @@ export class JetStreamTail implements EventTail {
   constructor(
     open: () => Promise<Consumer>,
     private readonly conversationId: string,
+    /** The bytes one pull may ask for (see pullBytes). */
+    private readonly maxBytes: number,
   ) {
     this.#ready = this.#start(open);
     // Failures reach the reader through next(); this only avoids an unhandled rejection.
@@ -44,7 +46,7 @@ export class JetStreamTail implements EventTail {
     const consumer = await open();
     this.#consumer = consumer;
     if (this.#stopped) return;
-    this.#messages = await consumer.consume({ max_messages: 256, expires: 30_000 });
+    this.#messages = await consumer.consume({ max_bytes: this.maxBytes, expires: 30_000 });
     if (this.#stopped) this.#messages.stop();
   }
 

@@ -49,6 +49,18 @@ export async function connectNats(url: string, options: ConnectNatsOptions): Pro
   }
 }
 
+const MIB = 1024 * 1024;
+
+/**
+ * The bytes one pull of the event stream may ask for: far below the 64 MiB
+ * nats-server queues for a client by default (past that it drops the whole
+ * connection as a slow consumer), and at least two of the largest message the
+ * server accepts, so that one event always fits in a pull.
+ */
+export function pullBytes(nc: NatsConnection): number {
+  return Math.max(8 * MIB, 2 * (nc.info?.max_payload ?? MIB));
+}
+
 /** The subject that holds one conversation's events: `<prefix>.<conversationId>.events`. */
 export function subjectFor(prefix: string, conversationId: string): string {
   assertConversationId(conversationId);

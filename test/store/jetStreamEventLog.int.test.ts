@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vit
 import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { StoreUnavailableError } from '../../src/store/errors.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
+import type { StoredEvent } from '../../src/protocol/index.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { ensureEventStream } from '../../src/store/natsConnection.ts';
 import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
@@ -69,6 +70,42 @@ describe('JetStreamEventLog on nats-server', () => {
     }
     expect(left).toEqual([]);
   });
+
+  test('a read and a tail of more than the 64 MiB nats-server queues for a client arrive whole, on a connection that stays up', async () => {
+    // Pulled in one go, 75 MB made nats-server drop the connection as a slow consumer, and the read came back short after 20 s.
+    const own = await connectTestNats();
+    const statuses: string[] = [];
+    void (async () => {
+      for await (const s of own.status()) statuses.push(s.type);
+    })();
+    const log = await jetStreamEventLog(own, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
+    onTestFinished(async () => {
+      await jsm.streams.delete(log.stream);
+      await own.close();
+    });
+    const c = newConversationId();
+    const big = (id: number): StoredEvent => ({
+      ...message(c, id),
+      type: 'message',
+      data: { content: `${id}`.padEnd(500_000, 'x') },
+    });
+    const count = 150;
+    let last = 0;
+    for (let id = 0; id < count; id++) ({ seq: last } = await log.append(big(id), { expectedLastSeq: last }));
+
+    const page = await log.read(c, { limit: 1_000 });
+    expect(page.hasMore).toBe(false);
+    expect(page.items.map((e) => e.event)).toEqual(Array.from({ length: count }, (_, id) => big(id)));
+
+    const tail = log.tail(c);
+    const tailed: number[] = [];
+    for await (const e of tail) {
+      tailed.push(e.event.id);
+      if (tailed.length === count) break;
+    }
+    expect(tailed).toEqual(Array.from({ length: count }, (_, id) => id));
+    expect(statuses.filter((s) => s === 'disconnect' || s === 'reconnect')).toEqual([]);
+  }, 60_000);
 
   test('calls on a closed connection fail with StoreUnavailableError', async () => {
     const own = await connectTestNats();
