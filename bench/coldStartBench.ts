@@ -118,7 +118,7 @@ export async function managerColdStart(fx: ColdStartFixture): Promise<ColdStart>
   let reached!: () => void;
   const idle = new Promise<void>((resolve) => (reached = resolve));
   let t0 = 0;
-  const unsubscribe = fx.manager.subscribe(id, {
+  const unsubscribe = await fx.manager.subscribe(id, {
     event: ({ event }) => {
       const at = performance.now() - t0;
       marks.push([label(event), at]);

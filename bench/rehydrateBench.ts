@@ -15,6 +15,7 @@ import {
   jetStreamEventLog,
   kvConversationStore,
   kvSnapshotStore,
+  natsStatusChannel,
   memorySnapshotStore,
   subjectFor,
   type JetStreamEventLog,
@@ -65,7 +66,7 @@ export async function rehydrateFixture(
   const snapshots = await kvSnapshotStore(nc, { bucket: names.snapshotBucket });
   const conversations = await kvConversationStore(nc, { bucket: names.conversationBucket });
   const tether = createTether({
-    stores: { log, conversations, snapshots },
+    stores: { log, conversations, snapshots, status: natsStatusChannel(nc, names.subjectPrefix) },
     runtimes: memoryRuntimeProvider(),
     agent: scriptedAgent(),
     logger: silentLogger,
@@ -111,7 +112,7 @@ async function chat(manager: SessionManager, log: JetStreamEventLog, events: num
   const { conversation_id: id } = await manager.create(USER, CreateConversationBody.parse({ max_iterations: 10_000 }));
   let idle = -1;
   let wake: (() => void) | null = null;
-  const unsubscribe = manager.subscribe(id, {
+  const unsubscribe = await manager.subscribe(id, {
     event: ({ event }: LoggedEvent) => {
       if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
       idle = event.id;

@@ -19,3 +19,17 @@ export function eventBytes(event: StoredEvent): Uint8Array {
   }
   return bytes;
 }
+
+const decoder = new TextDecoder();
+
+/**
+ * A stored event from the bytes the log holds, remembered with them: frames of
+ * an event that came from the log are built from its stored bytes, not from a
+ * second serialisation (and so are byte-equal on every node). `bytes` must not
+ * change afterwards: pass a copy of a buffer that will be reused.
+ */
+export function parseStoredEvent(bytes: Uint8Array): StoredEvent {
+  const event = JSON.parse(decoder.decode(bytes)) as StoredEvent;
+  cache.set(event, bytes);
+  return event;
+}

@@ -22,4 +22,4 @@ export {
   type StatusFrame,
 } from './frames.ts';
 export { CreateConversationBody, ActionBody, EventsQuery, ConversationInfo, DEFAULT_MAX_ITERATIONS } from './rest.ts';
-export { eventBytes } from './eventJson.ts';
+export { eventBytes, parseStoredEvent } from './eventJson.ts';

@@ -1,7 +1,7 @@
 import { type RawData, type WebSocket } from 'ws';
 import { errorFields } from '../logger.ts';
 import { ClientFrame, eventBytes, type LoggedEvent, type ServerFrame, type StatusFrame } from '../protocol/index.ts';
-import type { FeedListener, Session } from '../session/index.ts';
+import type { ConnectPoint, FeedListener } from '../session/index.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
 import type { WsGatewayOptions } from './wsGateway.ts';
 
@@ -66,9 +66,12 @@ export class ClientConnection implements FeedListener {
   #conversationId = '';
   #user = '';
   #cursor = 0;
-  /** Live events that came while the history was sent; null once they are flushed. */
+  /** The id of the last event the client has: the next one must be this plus one, or events were missed. */
+  #lastEventId = -1;
+  /** Live events that came while history is sent (at the start, or to fill a gap); null when none is. */
   #buffer: LoggedEvent[] | null = [];
   #unsubscribe: (() => void) | null = null;
+  #stopped = false;
   #actions: Promise<unknown> = Promise.resolve();
 
   constructor(ws: WebSocket, options: WsGatewayOptions) {
@@ -78,44 +81,25 @@ export class ClientConnection implements FeedListener {
   }
 
   /**
-   * Subscribes first and buffers, then reads the high-water mark: an event
-   * stored meanwhile is either in the history read or in the buffer. Then
-   * `sync`, the history in pages, the buffer, and the frames that waited.
+   * Subscribes first and buffers; the high-water mark was read after the
+   * conversation was found, and the feed delivers every event stored once the
+   * subscription is made: an event stored meanwhile is either in the history
+   * read or in the buffer. Then `sync`, the history in pages, the buffer, and
+   * the frames that waited.
    */
-  async start(
-    conversationId: string,
-    user: string,
-    afterSeq: number,
-    session: Pick<Session, 'lastSeq' | 'state'>,
-  ): Promise<void> {
+  async start(conversationId: string, user: string, afterSeq: number, at: ConnectPoint): Promise<void> {
     const ws = this.#ws;
     this.#conversationId = conversationId;
     this.#user = user;
     this.#cursor = afterSeq;
-    const { manager } = this.#options;
-    this.#unsubscribe = manager.subscribe(conversationId, this);
-    const throughSeq = session.lastSeq;
-    send(ws, { type: 'sync', conversation_id: conversationId, through_seq: throughSeq, state: session.state });
-    // History is sent at the pace the client reads it: wait for the socket to
-    // drain instead of treating a reading client as slow.
-    const maxPending = this.#maxPending();
-    const pageSize = this.#options.replayPageSize ?? 100;
-    let replaying = true;
-    while (replaying && this.#cursor < throughSeq && ws.readyState === ws.OPEN) {
-      const page = await manager.events(conversationId, user, { afterSeq: this.#cursor, limit: pageSize });
-      for (const logged of page.items) {
-        if (logged.seq > throughSeq) break;
-        if (ws.bufferedAmount > maxPending / 2 && !(await drained(ws, maxPending / 4))) {
-          ws.close(CLOSE.slowConsumer, 'slow consumer: reconnect with your cursor');
-          return;
-        }
-        this.#send(logged);
-      }
-      replaying = page.hasMore && page.items.length > 0;
-    }
-    const buffered = this.#buffer ?? [];
-    this.#buffer = null;
-    for (const logged of buffered) this.#send(logged);
+    const unsubscribe = await this.#options.manager.subscribe(conversationId, this);
+    if (this.#stopped) return unsubscribe();
+    this.#unsubscribe = unsubscribe;
+    send(ws, { type: 'sync', conversation_id: conversationId, through_seq: at.throughSeq, state: at.state });
+    if (!(await this.#sendHistory(at.throughSeq))) return;
+    // Caught up to the high-water mark: the client has the event at it.
+    if (this.#cursor >= at.throughSeq) this.#lastEventId = Math.max(this.#lastEventId, at.lastEventId);
+    this.#flush();
     const early = this.#early ?? [];
     this.#early = null;
     for (const [data, isBinary] of early) this.#handle(data, isBinary);
@@ -140,13 +124,77 @@ export class ClientConnection implements FeedListener {
 
   /** The socket closed: no more events. */
   stop(): void {
+    this.#stopped = true;
     this.#unsubscribe?.();
     this.#unsubscribe = null;
   }
 
   event(logged: LoggedEvent): void {
     if (this.#buffer) this.#buffer.push(logged);
-    else this.#send(logged);
+    else this.#live(logged);
+  }
+
+  /**
+   * A live event: sent when it is the next one. One that skips an event id
+   * means the feed missed some (it fell behind, or started again past them):
+   * the client gets them from the log first, then the live ones again.
+   */
+  #live(logged: LoggedEvent): void {
+    if (logged.seq <= this.#cursor) {
+      this.#lastEventId = Math.max(this.#lastEventId, logged.event.id);
+      return;
+    }
+    if (logged.event.id <= this.#lastEventId + 1 || this.#lastEventId < 0) return this.#send(logged);
+    this.#buffer = [logged];
+    void this.#fillGap();
+  }
+
+  async #fillGap(): Promise<void> {
+    try {
+      if (await this.#sendHistory(Number.MAX_SAFE_INTEGER)) this.#flush();
+    } catch (err) {
+      this.#options.logger.error('filling a gap in the live feed failed', {
+        conversation_id: this.#conversationId,
+        ...errorFields(err),
+      });
+      this.stop();
+      this.#ws.close(CLOSE.internal, 'internal error: reconnect with your cursor');
+    }
+  }
+
+  /** Sends what was buffered while history went out; a gap among it starts another fill (and buffers the rest). */
+  #flush(): void {
+    const buffered = this.#buffer ?? [];
+    this.#buffer = null;
+    for (const logged of buffered) this.event(logged);
+  }
+
+  /**
+   * Sends the stored events after the cursor up to `throughSeq`, in pages, at
+   * the pace the client reads them: it waits for the socket to drain instead
+   * of treating a reading client as slow. False when the client was closed.
+   */
+  async #sendHistory(throughSeq: number): Promise<boolean> {
+    const ws = this.#ws;
+    const maxPending = this.#maxPending();
+    const pageSize = this.#options.replayPageSize ?? 100;
+    for (;;) {
+      if (this.#cursor >= throughSeq || ws.readyState !== ws.OPEN) return ws.readyState === ws.OPEN;
+      const page = await this.#options.manager.events(this.#conversationId, this.#user, {
+        afterSeq: this.#cursor,
+        limit: pageSize,
+      });
+      for (const logged of page.items) {
+        if (logged.seq > throughSeq) return true;
+        if (ws.bufferedAmount > maxPending / 2 && !(await drained(ws, maxPending / 4))) {
+          this.stop();
+          ws.close(CLOSE.slowConsumer, 'slow consumer: reconnect with your cursor');
+          return false;
+        }
+        this.#send(logged);
+      }
+      if (!page.hasMore || page.items.length === 0) return ws.readyState === ws.OPEN;
+    }
   }
 
   status(frame: StatusFrame): void {
@@ -157,6 +205,7 @@ export class ClientConnection implements FeedListener {
     const ws = this.#ws;
     if (logged.seq <= this.#cursor || ws.readyState !== ws.OPEN) return;
     this.#cursor = logged.seq;
+    this.#lastEventId = logged.event.id;
     sendEventFrame(ws, logged);
     // A client that stops reading must not make the server buffer without bound.
     // It reconnects with its cursor and loses nothing.

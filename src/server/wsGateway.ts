@@ -122,15 +122,15 @@ export class WsGateway {
     this.#count(conversationId, 1);
     counted = conversationId;
 
-    let session;
+    let at;
     try {
-      session = await this.#options.manager.connect(conversationId, user);
+      at = await this.#options.manager.connect(conversationId, user);
     } catch (err) {
       if (err instanceof ConversationNotFoundError) return ws.close(CLOSE.unknownConversation, 'unknown conversation');
       throw err;
     }
     if (ws.readyState !== ws.OPEN) return;
-    await client.start(conversationId, user, afterSeq, session);
+    await client.start(conversationId, user, afterSeq, at);
   }
 
   #count(conversationId: string, delta: number): void {

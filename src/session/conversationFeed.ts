@@ -1,55 +1,80 @@
+import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type { LoggedEvent, StatusFrame } from '../protocol/index.ts';
+import type { EventLog, LogFollower, StatusChannel } from '../store/index.ts';
 
 export interface FeedListener {
-  /** A stored event, after JetStream acknowledged it. Called in seq order. */
+  /** A stored event, from the log. Called in seq order; events of a gap in the feed are the listener's to fill. */
   event(logged: LoggedEvent): void;
-  /** A transient status message; never stored. */
+  /** A transient status message; never stored, in no order relative to the events. */
   status(frame: StatusFrame): void;
 }
 
 /**
- * In-process fan-out of a conversation's events to its connections. Keyed by
- * conversation id, not by session, so listeners stay when a session leaves
- * memory and comes back.
+ * A node's one live feed: it follows the whole event log once (one consumer,
+ * whoever wrote the events, on this node or another) and the status channel
+ * once, and fans both out in process to the listeners of each conversation.
+ * Keyed by conversation id, not by session, so listeners need no session in
+ * memory and stay when one leaves and comes back.
  */
 export class ConversationFeed {
-  readonly #rooms = new Map<string, { listeners: Set<FeedListener>; lastSeq: number }>();
+  readonly #rooms = new Map<string, Set<FeedListener>>();
+  readonly #status: StatusChannel;
+  readonly #logger: Logger;
+  readonly #follower: LogFollower;
+  readonly #unsubscribeStatus: () => void;
 
-  subscribe(conversationId: string, listener: FeedListener): () => void {
-    let room = this.#rooms.get(conversationId);
-    if (!room) this.#rooms.set(conversationId, (room = { listeners: new Set(), lastSeq: 0 }));
-    const { listeners } = room;
-    listeners.add(listener);
-    return () => {
-      listeners.delete(listener);
-      if (listeners.size === 0 && this.#rooms.get(conversationId)?.listeners === listeners)
-        this.#rooms.delete(conversationId);
-    };
-  }
-
-  count(conversationId: string): number {
-    return this.#rooms.get(conversationId)?.listeners.size ?? 0;
-  }
-
-  publishEvent(conversationId: string, logged: LoggedEvent): void {
-    const room = this.#rooms.get(conversationId);
-    if (!room) return;
-    room.lastSeq = Math.max(room.lastSeq, logged.seq);
-    for (const listener of room.listeners) listener.event(logged);
+  constructor(log: EventLog, status: StatusChannel, logger: Logger = silentLogger) {
+    this.#status = status;
+    this.#logger = logger;
+    this.#follower = log.follow({
+      wants: (conversationId) => this.#rooms.has(conversationId),
+      event: (conversationId, logged) => this.#each(conversationId, (listener) => listener.event(logged)),
+      error: (err) => logger.warn('the live feed failed; it starts again where it stopped', errorFields(err)),
+    });
+    this.#unsubscribeStatus = status.subscribe((conversationId, frame) =>
+      this.#each(conversationId, (listener) => listener.status(frame)),
+    );
   }
 
   /**
-   * Publishes the events of a log read that listeners have not had: an event
-   * can be stored although its writer gave up waiting for the acknowledgement
-   * (a NATS fault), and only a later read of the log finds it.
+   * Adds a listener once the feed delivers every event appended from now on:
+   * an event the listener then reads as history and gets live too is its to
+   * drop by sequence.
    */
-  catchUp(conversationId: string, read: readonly LoggedEvent[]): void {
-    const room = this.#rooms.get(conversationId);
-    if (!room) return;
-    for (const logged of read) if (logged.seq > room.lastSeq) this.publishEvent(conversationId, logged);
+  async subscribe(conversationId: string, listener: FeedListener): Promise<() => void> {
+    await this.#follower.ready;
+    let room = this.#rooms.get(conversationId);
+    if (!room) this.#rooms.set(conversationId, (room = new Set()));
+    const listeners = room;
+    listeners.add(listener);
+    return () => {
+      listeners.delete(listener);
+      if (listeners.size === 0 && this.#rooms.get(conversationId) === listeners) this.#rooms.delete(conversationId);
+    };
   }
 
+  /** This node's listeners of a conversation. */
+  count(conversationId: string): number {
+    return this.#rooms.get(conversationId)?.size ?? 0;
+  }
+
+  /** Sends a status frame to every node's listeners of the conversation (this one's included). */
   publishStatus(conversationId: string, frame: StatusFrame): void {
-    for (const listener of this.#rooms.get(conversationId)?.listeners ?? []) listener.status(frame);
+    this.#status.publish(conversationId, frame);
+  }
+
+  async stop(): Promise<void> {
+    this.#unsubscribeStatus();
+    await this.#follower.stop();
+  }
+
+  #each(conversationId: string, deliver: (listener: FeedListener) => void): void {
+    for (const listener of this.#rooms.get(conversationId) ?? []) {
+      try {
+        deliver(listener);
+      } catch (err) {
+        this.#logger.error('a feed listener failed', { conversation_id: conversationId, ...errorFields(err) });
+      }
+    }
   }
 }

@@ -4,6 +4,7 @@ export {
   type SessionManagerDeps,
   type SessionLimits,
   type ConversationSummary,
+  type ConnectPoint,
 } from './sessionManager.ts';
 export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts';
 export { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';

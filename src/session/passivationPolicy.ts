@@ -26,7 +26,7 @@ export const TOO_MANY_CONVERSATIONS: StatusFrame = {
   id: 'AGENT_ERROR$TOO_MANY_CONVERSATIONS',
   // Nothing was paused: the conversation comes back in the state it left, and a running one goes on by itself.
   message:
-    'Too many conversations are running for this user: this one left memory. Its next action or connection brings it back where it was, and its task goes on.',
+    'Too many conversations are running for this user: this one left memory. Its next action brings it back where it was, and its task goes on.',
 };
 
 /**

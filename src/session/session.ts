@@ -141,6 +141,10 @@ export class Session {
   get lastSeq(): number {
     return this.#log.lastSeq;
   }
+  /** The id of the last stored event (-1: none). */
+  get lastEventId(): number {
+    return this.#log.nextEventId - 1;
+  }
   /** Epoch ms of the last stored event (its `ts`): when the session last did anything. */
   get lastActivity(): number {
     return this.#log.lastActivity;

@@ -3,7 +3,6 @@ import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../protocol/index.ts';
 import { EVENT_VERSION, eventBytes } from '../protocol/index.ts';
 import { VersionConflictError, type EventLog, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
-import type { ConversationFeed } from './conversationFeed.ts';
 import { SessionClosedError } from './errors.ts';
 
 /** Bytes of stored events a live session keeps at hand for its agent; beyond, it reads them from the log per step. */
@@ -16,7 +15,6 @@ export interface SubmitResult {
 
 export interface SessionLogDeps {
   log: EventLog;
-  feed: ConversationFeed;
   snapshots: SnapshotStore;
   snapshotEvery: number;
   clock: () => Date;
@@ -116,7 +114,6 @@ export class SessionLog {
         this.#historyBytes += eventBytes(event).length;
         if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
       }
-      this.#deps.feed.publishEvent(this.#conversationId, { seq: result.seq, event });
       return result;
     } catch (err) {
       const reason = err instanceof VersionConflictError ? 'another writer appended to it' : 'the event log failed';

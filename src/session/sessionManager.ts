@@ -10,7 +10,16 @@ import type {
   UserAction,
 } from '../protocol/index.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
-import type { ConversationRecord, ConversationStore, EventLog, ReadPage, SnapshotStore } from '../store/index.ts';
+import { agentStateOf, type SessionSnapshot } from '../../machines/index.ts';
+import {
+  memoryStatusChannel,
+  type ConversationRecord,
+  type ConversationStore,
+  type EventLog,
+  type ReadPage,
+  type SnapshotStore,
+  type StatusChannel,
+} from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { loadSessionState, wasMidTask } from './loadSession.ts';
@@ -41,6 +50,8 @@ export interface SessionManagerDeps {
   log: EventLog;
   conversations: ConversationStore;
   snapshots: SnapshotStore;
+  /** Status frames between nodes (default: in this process only). */
+  status?: StatusChannel;
   runtimes: RuntimeProvider;
   /** The agent for a conversation (the scripted agent unless an LLM is configured). */
   agentFor: (conversationId: string) => Agent;
@@ -56,13 +67,22 @@ export type ConversationSummary = Pick<ConversationInfo, 'conversation_id' | 'us
   state: AgentState | null;
 };
 
+/** Where a client's connection starts: the conversation's state as of its last stored event. */
+export interface ConnectPoint {
+  state: AgentState;
+  /** The stream sequence of the last stored event (0: none). */
+  throughSeq: number;
+  /** Its event id (-1: none): event ids follow each other, so a live event that skips one shows a gap. */
+  lastEventId: number;
+}
+
 /**
  * The actor host: creates sessions, brings them back from snapshot and log on
  * demand (a bounded number at a time, one load per conversation), sends idle
  * ones out of memory, routes actions and checks ownership.
  */
 export class SessionManager {
-  readonly feed = new ConversationFeed();
+  readonly feed: ConversationFeed;
   readonly limits: SessionLimits;
   readonly #deps: SessionManagerDeps;
   readonly #clock: () => Date;
@@ -80,6 +100,7 @@ export class SessionManager {
     this.limits = { ...DEFAULT_LIMITS, ...deps.limits };
     this.#clock = deps.clock ?? (() => new Date());
     this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
+    this.feed = new ConversationFeed(deps.log, deps.status ?? memoryStatusChannel(), this.#logger);
     this.#rehydrations = pLimit(this.limits.rehydrateConcurrency);
     this.#policy = new PassivationPolicy(
       {
@@ -129,16 +150,16 @@ export class SessionManager {
     });
   }
 
+  /** A conversation as it stands. A read: nothing is stored and a conversation out of memory stays out. */
   async info(conversationId: string, user: string): Promise<ConversationInfo> {
     const record = await this.#owned(conversationId, user);
-    const wasLive = this.#live.has(conversationId);
-    const session = this.#revive(await this.#load(record));
+    const { snapshot, throughSeq, live } = await this.#peek(conversationId);
     return {
       ...record,
-      state: session.state,
-      runtime_status: session.runtimeStatus,
-      in_memory: wasLive,
-      last_seq: session.lastSeq,
+      state: agentStateOf(snapshot),
+      runtime_status: snapshot.context.runtime,
+      in_memory: live,
+      last_seq: throughSeq,
     };
   }
 
@@ -158,12 +179,18 @@ export class SessionManager {
   }
 
   /**
-   * A client (re)connects: the live session, and a new runtime when its log
-   * says the old one died (a page refresh is how users fix a dead runtime):
-   * a stored user `reconnect_runtime`, decided like any action.
+   * A client (re)connects to listen: where its connection starts. Nothing is
+   * stored and a conversation out of memory stays out, with one exception:
+   * when the log says the runtime died, a user `reconnect_runtime` is stored
+   * (a page refresh is how users fix a dead runtime), decided like any action.
    */
-  async connect(conversationId: string, user: string): Promise<Session> {
-    return this.#revive(await this.session(conversationId, user));
+  async connect(conversationId: string, user: string): Promise<ConnectPoint> {
+    const live = this.#live.get(conversationId);
+    if (!(live && !live.closed && live.owner === user)) await this.#owned(conversationId, user);
+    const { snapshot, throughSeq, lastEventId } = await this.#peek(conversationId);
+    if (snapshot.context.runtimeLost !== null && snapshot.status === 'active')
+      this.#reconnectRuntime(conversationId, user);
+    return { state: agentStateOf(snapshot), throughSeq, lastEventId };
   }
 
   /** Applies a user action. An action that meets its session leaving memory waits and goes to the one that comes back. */
@@ -225,7 +252,8 @@ export class SessionManager {
     this.#secrets.delete(conversationId);
   }
 
-  subscribe(conversationId: string, listener: FeedListener): () => void {
+  /** Listens to a conversation's events and status frames, from the log, whichever node writes them. */
+  subscribe(conversationId: string, listener: FeedListener): Promise<() => void> {
     return this.feed.subscribe(conversationId, listener);
   }
 
@@ -260,6 +288,7 @@ export class SessionManager {
     const rest = [...this.#live.values()];
     this.#live.clear();
     await Promise.allSettled(rest.map((s) => s.close('server shutting down')));
+    await this.feed.stop();
   }
 
   /** Stores `session_closed` through the live session, or through one rebuilt from the log (no effect runs). */
@@ -268,7 +297,6 @@ export class SessionManager {
     const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
     // No events, or it ended already (a delete that stopped before its purge).
     if (!loaded || loaded.state.snapshot.status !== 'active') return;
-    this.feed.catchUp(id, loaded.read);
     await Session.endStored(id, this.#sessionDeps(id), loaded.state, 'deleted');
   }
 
@@ -278,20 +306,32 @@ export class SessionManager {
     return record;
   }
 
-  #revive(session: Session): Session {
-    if (session.runtimeLost) {
-      this.#logger.info('reconnecting a dead runtime', { conversation_id: session.conversationId });
-      void session.act({ type: 'reconnect_runtime' }).catch((err: unknown) =>
-        // Another connection's reconnect may have come first: this one is then refused, as it should be.
-        err instanceof IllegalTransitionError
-          ? undefined
-          : this.#logger.warn('runtime reconnect failed', {
-              conversation_id: session.conversationId,
-              ...errorFields(err),
-            }),
-      );
+  /**
+   * The state of a conversation as its log has it, without waking it: the live
+   * session's, or a pure fold of its snapshot and the events after it (no
+   * effect runs, nothing is stored, nothing stays in memory).
+   */
+  async #peek(
+    id: string,
+  ): Promise<{ snapshot: SessionSnapshot; throughSeq: number; lastEventId: number; live: boolean }> {
+    const live = this.#live.get(id);
+    if (live && !live.closed && live.snapshot) {
+      return { snapshot: live.snapshot, throughSeq: live.lastSeq, lastEventId: live.lastEventId, live: true };
     }
-    return session;
+    const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
+    if (!loaded) throw new ConversationNotFoundError(id);
+    const { snapshot, lastSeq, nextEventId } = loaded.state;
+    return { snapshot, throughSeq: lastSeq, lastEventId: nextEventId - 1, live: false };
+  }
+
+  #reconnectRuntime(conversationId: string, user: string): void {
+    this.#logger.info('reconnecting a dead runtime', { conversation_id: conversationId });
+    void this.act(conversationId, user, { type: 'reconnect_runtime' }).catch((err: unknown) =>
+      // Another connection's reconnect may have come first: this one is then refused, as it should be.
+      err instanceof IllegalTransitionError
+        ? undefined
+        : this.#logger.warn('runtime reconnect failed', { conversation_id: conversationId, ...errorFields(err) }),
+    );
   }
 
   #load(record: ConversationRecord): Promise<Session> {
@@ -313,8 +353,6 @@ export class SessionManager {
     const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
     // A conversation that ended (deleted, its purge not done) does not come back.
     if (!loaded || loaded.state.snapshot.status !== 'active') throw new ConversationNotFoundError(id);
-    // Before the session writes anything: connected clients first get what the log holds that they never saw.
-    this.feed.catchUp(id, loaded.read);
     const session = await Session.restore(id, this.#sessionDeps(id), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
     this.#logger.info('session rehydrated', {

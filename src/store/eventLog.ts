@@ -36,6 +36,23 @@ export interface EventTail extends AsyncIterable<LoggedEvent> {
   stop(): Promise<void>;
 }
 
+/** What a follower of the whole log is told. */
+export interface FollowHandlers {
+  /** Whether the follower wants a conversation's events now; the others are skipped without being parsed. */
+  wants(conversationId: string): boolean;
+  /** An event appended after the follow started: each once, in the log's order. */
+  event(conversationId: string, logged: LoggedEvent): void;
+  /** The follow failed and starts again where it stopped (nothing is skipped). */
+  error?(err: unknown): void;
+}
+
+/** A follow of every conversation's events. */
+export interface LogFollower {
+  /** Resolves once every event appended from now on will be delivered. */
+  readonly ready: Promise<void>;
+  stop(): Promise<void>;
+}
+
 /**
  * The event log: one ordered subject of events per conversation.
  * Implementations: `jetStreamEventLog` (NATS JetStream) and `memoryEventLog`;
@@ -49,6 +66,8 @@ export interface EventLog {
   /** The conversation's last event, undefined when it has none. One direct read, no consumer. */
   last(conversationId: string): Promise<LoggedEvent | undefined>;
   tail(conversationId: string, options?: { afterSeq?: number }): EventTail;
+  /** Follows every conversation's events appended from now on (a node's one live feed). */
+  follow(handlers: FollowHandlers): LogFollower;
   /** Removes every event of the conversation. */
   purge(conversationId: string): Promise<void>;
 }

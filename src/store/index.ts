@@ -2,7 +2,17 @@
 // the NatsConnection type from here.
 export type { NatsConnection } from '@nats-io/transport-node';
 
-export type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
+export type {
+  AppendOptions,
+  AppendResult,
+  EventLog,
+  EventTail,
+  FollowHandlers,
+  LogFollower,
+  ReadOptions,
+  ReadPage,
+} from './eventLog.ts';
+export { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
 export { ConversationRecord, type ConversationStore } from './conversationStore.ts';
 export { StoreUnavailableError, VersionConflictError } from './errors.ts';
 

@@ -9,9 +9,19 @@ import {
   type JetStreamManager,
 } from '@nats-io/jetstream';
 import { eventBytes, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
-import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
+import type {
+  AppendOptions,
+  AppendResult,
+  EventLog,
+  EventTail,
+  FollowHandlers,
+  LogFollower,
+  ReadOptions,
+  ReadPage,
+} from './eventLog.ts';
 import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
+import { JetStreamFollower } from './jetStreamFollower.ts';
 import { JetStreamPublisher } from './jetStreamPublisher.ts';
 import { JetStreamTail, toLoggedEvent } from './jetStreamTail.ts';
 import { DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, ensureEventStream, pullBytes, subjectFor } from './natsConnection.ts';
@@ -137,6 +147,20 @@ export class JetStreamEventLog implements EventLog {
     const subject = subjectFor(this.subjectPrefix, conversationId);
     const open = () => this.#js.consumers.get(this.stream, { filter_subjects: subject, opt_start_seq: afterSeq + 1 });
     return new JetStreamTail(open, conversationId, pullBytes(this.#nc));
+  }
+
+  follow(handlers: FollowHandlers): LogFollower {
+    return new JetStreamFollower(
+      {
+        nc: this.#nc,
+        js: this.#js,
+        jsm: this.#jsm,
+        stream: this.stream,
+        subjectPrefix: this.subjectPrefix,
+        maxBytes: pullBytes(this.#nc),
+      },
+      handlers,
+    );
   }
 
   async purge(conversationId: string): Promise<void> {

@@ -1,5 +1,14 @@
 import { eventBytes, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
-import type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
+import type {
+  AppendOptions,
+  AppendResult,
+  EventLog,
+  EventTail,
+  FollowHandlers,
+  LogFollower,
+  ReadOptions,
+  ReadPage,
+} from './eventLog.ts';
 import { assertConversationId } from './assertConversationId.ts';
 import { VersionConflictError } from './errors.ts';
 import { DUPLICATE_WINDOW_MS, readRange, scopedMsgId } from './eventLogRules.ts';
@@ -31,6 +40,7 @@ export class MemoryEventLog implements EventLog {
   /** Insertion order is time order: expired entries are pruned from the front. */
   readonly #seen = new Map<string, { seq: number; at: number }>();
   readonly #watchers = new Map<string, Set<() => void>>();
+  readonly #followers = new Set<FollowHandlers>();
   #lastSeq = 0;
 
   constructor(options: MemoryEventLogOptions = {}) {
@@ -57,6 +67,9 @@ export class MemoryEventLog implements EventLog {
     this.#logs.set(conversationId, log);
     if (key !== undefined) this.#seen.set(key, { seq, at: now });
     for (const wake of this.#watchers.get(conversationId) ?? []) wake();
+    const message = log[log.length - 1]!;
+    for (const follower of this.#followers)
+      if (follower.wants(conversationId)) follower.event(conversationId, toLoggedEvent(message));
     return { seq, duplicate: false };
   }
 
@@ -95,6 +108,16 @@ export class MemoryEventLog implements EventLog {
         return () => watchers.delete(wake);
       },
     });
+  }
+
+  follow(handlers: FollowHandlers): LogFollower {
+    this.#followers.add(handlers);
+    return {
+      ready: Promise.resolve(),
+      stop: async () => {
+        this.#followers.delete(handlers);
+      },
+    };
   }
 
   async purge(conversationId: string): Promise<void> {

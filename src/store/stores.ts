@@ -8,12 +8,15 @@ import { memoryConversationStore } from './memoryConversationStore.ts';
 import { memoryEventLog } from './memoryEventLog.ts';
 import { memorySnapshotStore } from './memorySnapshotStore.ts';
 import type { SnapshotStore } from './snapshotStore.ts';
+import { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
 
 /** Everything a Tether keeps: the event log, conversation records, snapshots. */
 export interface Stores {
   log: EventLog;
   conversations: ConversationStore;
   snapshots: SnapshotStore;
+  /** Transient status frames, from the node that runs a session to every node's clients. */
+  status: StatusChannel;
 }
 
 /** Where the stores live on NATS; each name defaults to the documented one. */
@@ -35,10 +38,15 @@ export async function jetStreamStores(nc: NatsConnection, names: JetStreamStoreN
     kvConversationStore(nc, { bucket: names.conversationBucket }),
     kvSnapshotStore(nc, { bucket: names.snapshotBucket }),
   ]);
-  return { log, conversations, snapshots };
+  return { log, conversations, snapshots, status: natsStatusChannel(nc, names.subjectPrefix) };
 }
 
 /** The in-memory twins: for tests and for trying Tether without NATS. */
 export function memoryStores(): Stores {
-  return { log: memoryEventLog(), conversations: memoryConversationStore(), snapshots: memorySnapshotStore() };
+  return {
+    log: memoryEventLog(),
+    conversations: memoryConversationStore(),
+    snapshots: memorySnapshotStore(),
+    status: memoryStatusChannel(),
+  };
 }

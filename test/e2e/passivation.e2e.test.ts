@@ -122,10 +122,11 @@ function expectPassivatedLog(events: readonly LoggedEvent[], reason: string, sta
 }
 
 /**
- * Brings a passivated conversation back with GET /api/conversations/:id and
- * checks that it is whole again: it was not in memory, it shows the agent state
- * it left in, it was restored from the snapshot written at passivation (nothing
- * left to fold), and a new message is answered with ids that continue densely.
+ * Reads a passivated conversation with GET /api/conversations/:id, which
+ * leaves it out of memory and stores nothing, then brings it back with an
+ * action and checks that it is whole again: it shows the agent state it left
+ * in, it was restored from the snapshot written at passivation (nothing left
+ * to fold), and the message is answered with ids that continue densely.
  */
 async function expectComesBackIntact(
   server: ServerProcess,
@@ -137,13 +138,9 @@ async function expectComesBackIntact(
   expect(info.status).toBe(200);
   ConversationInfo.parse(info.body);
   expect(info.body).toMatchObject({ conversation_id: id, in_memory: false, state });
-  expect(info.body.last_seq).toBeGreaterThan(before.at(-1)!.seq);
-
-  const back = await allEvents(server.baseUrl, id);
-  expect(back.slice(0, before.length)).toEqual(before);
-  const rehydrated = back[before.length]?.event;
-  expect(rehydrated?.type).toBe('session_rehydrated');
-  expect(rehydrated?.data).toEqual({ from: 'snapshot', events_folded: 0 });
+  expect(info.body.last_seq).toBe(before.at(-1)!.seq);
+  expect(await allEvents(server.baseUrl, id)).toEqual(before);
+  expect(await inMemory(server, id)).toBe(false);
 
   const content = `back again ${id.slice(0, 6)}`;
   const sent = await http<{ seq: number; duplicate: boolean }>(
@@ -157,6 +154,9 @@ async function expectComesBackIntact(
   expect(sent.status).toBe(202);
   expect(sent.body.duplicate).toBe(false);
   const after = await eventsWhen(server, id, `the answer to "${content}"`, answered(content));
+  const rehydrated = after[before.length]?.event;
+  expect(rehydrated?.type).toBe('session_rehydrated');
+  expect(rehydrated?.data).toEqual({ from: 'snapshot', events_folded: 0 });
   const replies = repliesTo(after, content);
   expect(replies).toHaveLength(1);
   expect(after.slice(0, before.length)).toEqual(before);
@@ -170,7 +170,7 @@ async function expectComesBackIntact(
 }
 
 describe('passivation: sessions leave memory and come back', () => {
-  it('sends a session with no connection out of memory after the close delay, never while the agent works, and brings it back on the next connect', async () => {
+  it('sends a session with no connection out of memory after the close delay, never while the agent works; a connection that only listens leaves it out, and its next action brings it back', async () => {
     const closeDelayMs = 500;
     const server = await start({ TETHER_CLOSE_DELAY_MS: String(closeDelayMs), TETHER_AGENT_DELAY_MS: '1500' });
     const id = await createConversation(server.baseUrl);
@@ -206,10 +206,21 @@ describe('passivation: sessions leave memory and come back', () => {
     expect(idleSince.event.data).toMatchObject({ state: 'awaiting_user_input' });
     expect(Date.parse(left.event.ts) - Date.parse(idleSince.event.ts)).toBeGreaterThanOrEqual(closeDelayMs);
 
-    // The next connect brings it back from its snapshot; the client sees that and can chat on.
+    // The next connect only listens: it is told the state and the log's end, and nothing wakes.
     const again = await connect(server, id);
     const sync = again.frames[0] as SyncFrame;
-    expect(sync).toMatchObject({ type: 'sync', conversation_id: id, state: 'awaiting_user_input' });
+    expect(sync).toMatchObject({
+      type: 'sync',
+      conversation_id: id,
+      state: 'awaiting_user_input',
+      through_seq: before.at(-1)!.seq,
+    });
+    await new Promise((r) => setTimeout(r, 3 * closeDelayMs));
+    expect(await allEvents(server.baseUrl, id)).toEqual(before);
+    expect(await inMemory(server, id)).toBe(false);
+
+    // Its first action brings it back from its snapshot; the client sees that, and the answer.
+    again.sendMessage('third');
     const rehydrated = await again.waitFor<EventFrame>(
       (f) => f.type === 'event' && f.event.type === 'session_rehydrated',
       {
@@ -219,7 +230,6 @@ describe('passivation: sessions leave memory and come back', () => {
     expect(rehydrated.seq).toBeGreaterThan(before.at(-1)!.seq);
     expect(rehydrated.event.id).toBe(before.length);
     expect(rehydrated.event.data).toEqual({ from: 'snapshot', events_folded: 0 });
-    again.sendMessage('third');
     const after = await eventsWhen(server, id, 'the answer to "third"', answered('third'));
     expect(after.slice(0, before.length)).toEqual(before);
     expect(repliesTo(after, 'third')).toHaveLength(1);

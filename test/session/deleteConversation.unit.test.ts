@@ -17,6 +17,7 @@ function recordingLog(failPurges = 0): { log: EventLog; purged: Map<string, Stor
     lastSeq: (id) => inner.lastSeq(id),
     last: (id) => inner.last(id),
     tail: (id, options) => inner.tail(id, options),
+    follow: (handlers) => inner.follow(handlers),
     purge: async (id) => {
       if (failures-- > 0) throw new Error('the store is down');
       purged.set(
@@ -54,7 +55,7 @@ describe('deleting a conversation', () => {
       const { conversation_id: id } = await m.create('local', body);
       await idle(id);
       const followed: LoggedEvent[] = [];
-      m.subscribe(id, { event: (e) => followed.push(e), status: () => {} });
+      await m.subscribe(id, { event: (e) => followed.push(e), status: () => {} });
 
       await m.delete(id, 'local');
 

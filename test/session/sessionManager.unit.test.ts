@@ -176,7 +176,7 @@ describe('session manager', () => {
     const record = (await snapshots.get(id))!;
     await snapshots.put({ ...record, machine_version: record.machine_version + 1, snapshot: { value: 'nonsense' } });
     const second = manager(log, conversations, snapshots);
-    expect((await second.info(id, 'local')).state).toBe('awaiting_user_input');
+    expect((await second.session(id, 'local')).state).toBe('awaiting_user_input');
     const rehydrated = (await allEvents(log, id)).find((e) => e.type === 'session_rehydrated');
     expect(rehydrated).toMatchObject({ data: { from: 'log' } });
   });

@@ -28,7 +28,7 @@ describe('too many running conversations for one user', () => {
     try {
       const { conversation_id: oldest } = await m.create('local', body);
       const frames: StatusFrame[] = [];
-      m.subscribe(oldest, { event: () => {}, status: (frame) => frames.push(frame) });
+      await m.subscribe(oldest, { event: () => {}, status: (frame) => frames.push(frame) });
       await until('the first conversation runs', async () => (await m.session(oldest, 'local')).state === 'running');
 
       await m.create('local', body);
@@ -36,16 +36,20 @@ describe('too many running conversations for one user', () => {
       const told = frames.filter((f) => f.id === TOO_MANY_CONVERSATIONS.id);
       expect(told).toHaveLength(1);
       expect(told[0]!.message).toMatch(/left memory/);
-      expect(told[0]!.message).toMatch(/next action or connection brings it back where it was/);
+      expect(told[0]!.message).toMatch(/next action brings it back where it was/);
       expect(told[0]!.message).not.toMatch(/pause/i);
       expect((await events(oldest)).at(-1)).toMatchObject({
         type: 'session_passivated',
         data: { reason: 'too_many_running', state: 'running' },
       });
 
-      // What the message promises: a connection brings it back where it was, still running its task.
-      const back = await m.connect(oldest, 'local');
-      expect(back.state).toBe('running');
+      // A connection that only listens leaves it out of memory, and sees it running.
+      expect((await m.connect(oldest, 'local')).state).toBe('running');
+      expect(m.isLive(oldest)).toBe(false);
+      expect((await events(oldest)).at(-1)?.type).toBe('session_passivated');
+      // What the message promises: its next action brings it back where it was, still running its task.
+      await m.act(oldest, 'local', { type: 'message', content: 'and then?' });
+      expect(m.isLive(oldest)).toBe(true);
       const after = await events(oldest);
       expect(after.some((e) => e.type === 'session_rehydrated')).toBe(true);
       expect(after.flatMap((e) => (e.type === 'agent_state_changed' ? [e.data.state] : []))).not.toContain('paused');

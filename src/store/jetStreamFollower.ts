@@ -1,0 +1,108 @@
+import type { ConsumerMessages, JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { parseStoredEvent } from '../protocol/index.ts';
+import type { FollowHandlers, LogFollower } from './eventLog.ts';
+
+/** How long a follow waits before it opens its consumer again after a failure. */
+const RESTART_DELAY_MS = 1_000;
+
+export interface JetStreamFollowerOptions {
+  nc: NatsConnection;
+  js: JetStreamClient;
+  jsm: JetStreamManager;
+  stream: string;
+  subjectPrefix: string;
+  /** The bytes one pull may ask for (see pullBytes). */
+  maxBytes: number;
+}
+
+/**
+ * One ordered consumer on every conversation's subject (`<prefix>.*.events`),
+ * from the stream's next sequence when the follow starts. An ordered consumer
+ * recreates itself after a hiccup at the sequence after the last one it
+ * delivered; when it gives up (the connection closed for a while, the
+ * consumer lost), the follow opens a new one at that same sequence, so no
+ * event is skipped. It does so at once when the connection comes back: the
+ * ordered consumer would only notice missed heartbeats many seconds later. A conversation's events are parsed only while someone
+ * wants them; the parsed event keeps the stored bytes for its frames.
+ */
+export class JetStreamFollower implements LogFollower {
+  readonly ready: Promise<void>;
+  readonly #options: JetStreamFollowerOptions;
+  readonly #handlers: FollowHandlers;
+  /** The stream sequence the next consumer starts at. */
+  #next = 0;
+  #messages: ConsumerMessages | undefined;
+  #stopped = false;
+  #wake: (() => void) | undefined;
+  #restartNow = false;
+  readonly #done: Promise<void>;
+
+  constructor(options: JetStreamFollowerOptions, handlers: FollowHandlers) {
+    this.#options = options;
+    this.#handlers = handlers;
+    let started!: () => void;
+    this.ready = new Promise((resolve) => (started = resolve));
+    this.#done = this.#run(started);
+    void this.#restartOnReconnect();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#messages?.stop();
+    this.#wake?.();
+    await this.#done;
+  }
+
+  async #restartOnReconnect(): Promise<void> {
+    try {
+      for await (const status of this.#options.nc.status()) {
+        if (this.#stopped) return;
+        if (status.type !== 'reconnect') continue;
+        this.#restartNow = true;
+        this.#messages?.stop();
+        this.#wake?.();
+      }
+    } catch {
+      // The connection closed: the follow ends with it.
+    }
+  }
+
+  async #run(started: () => void): Promise<void> {
+    const { js, jsm, stream, subjectPrefix, maxBytes } = this.#options;
+    const filter = `${subjectPrefix}.*.events`;
+    const idFrom = subjectPrefix.length + 1;
+    while (!this.#stopped) {
+      try {
+        if (this.#next === 0) {
+          this.#next = (await jsm.streams.info(stream)).state.last_seq + 1;
+          started();
+        }
+        const consumer = await js.consumers.get(stream, { filter_subjects: filter, opt_start_seq: this.#next });
+        if (this.#stopped) break;
+        const messages = (this.#messages = await consumer.consume({ max_bytes: maxBytes }));
+        if (this.#stopped) messages.stop();
+        for await (const m of messages) {
+          this.#next = m.seq + 1;
+          const conversationId = m.subject.slice(idFrom, m.subject.length - '.events'.length);
+          if (!this.#handlers.wants(conversationId)) continue;
+          // A copy: the message's bytes are a view of the connection's read buffer.
+          this.#handlers.event(conversationId, { seq: m.seq, event: parseStoredEvent(m.data.slice()) });
+        }
+        consumer.delete().catch(() => {});
+      } catch (err) {
+        if (this.#stopped) break;
+        this.#handlers.error?.(err);
+      }
+      if (this.#stopped) break;
+      if (!this.#restartNow) {
+        await new Promise<void>((resolve) => {
+          this.#wake = resolve;
+          setTimeout(resolve, RESTART_DELAY_MS).unref();
+        });
+      }
+      this.#restartNow = false;
+    }
+    started();
+  }
+}
