@@ -19,7 +19,7 @@ export interface ServerExit {
 }
 
 export interface StartServerOptions {
-  /** Extra environment for the server (TETHER_PORT, TETHER_HOST and TETHER_DATA_DIR are set here). */
+  /** Extra environment for the server (TETHER_PORT, TETHER_HOST and TETHER_DATA_DIR are set here; NATS_URL only from here). */
   env?: Record<string, string>;
   /**
    * The data directory to use. When given, the caller owns it and it is kept on stop
@@ -103,9 +103,10 @@ async function startOnce(
   fixedPort: number | undefined,
 ): Promise<ServerProcess> {
   const port = fixedPort ?? (await freePort());
-  const env: NodeJS.ProcessEnv = { ...process.env, TETHER_LOG_LEVEL: 'warn', ...extraEnv };
+  // Its own nats-server unless the test names one (NATS_URL in `env`), whatever this process has.
+  const env: NodeJS.ProcessEnv = { ...process.env, TETHER_LOG_LEVEL: 'warn' };
   delete env.NATS_URL;
-  Object.assign(env, { TETHER_PORT: String(port), TETHER_HOST: '127.0.0.1', TETHER_DATA_DIR: dataDir });
+  Object.assign(env, extraEnv, { TETHER_PORT: String(port), TETHER_HOST: '127.0.0.1', TETHER_DATA_DIR: dataDir });
   const child = spawn(process.execPath, [BIN, 'serve'], { cwd: ROOT, env, stdio: ['ignore', 'ignore', 'pipe'] });
   running.add(child);
   let stderrText = '';

@@ -12,6 +12,11 @@ export interface CloseInfo {
 
 const DEFAULT_TIMEOUT_MS = 15_000;
 
+export interface WsClientOptions {
+  /** Keep every frame's text as received (`raw`), for byte-level checks. */
+  keepRaw?: boolean;
+}
+
 /**
  * A recording WebSocket client for end-to-end tests. Every server frame is
  * parsed, checked against the protocol's ServerFrame schema and kept in
@@ -23,6 +28,8 @@ export class WsClient {
   readonly socket: WebSocket;
   /** Every frame, in arrival order (schema-valid or not, as parsed JSON). */
   readonly frames: Frame[] = [];
+  /** Every frame's text as received, when the client was opened with `keepRaw` (else empty). */
+  readonly raw: string[] = [];
   /** Frames that were not JSON or did not match ServerFrame, with the reason. */
   readonly invalid: Array<{ raw: string; problem: string }> = [];
   /** Resolves when the socket is closed, with the close code and reason. */
@@ -33,8 +40,11 @@ export class WsClient {
   #cursor = 0;
   #waiters = new Set<() => void>();
 
-  private constructor(url: string) {
+  readonly #keepRaw: boolean;
+
+  private constructor(url: string, options: WsClientOptions) {
     this.url = url;
+    this.#keepRaw = options.keepRaw ?? false;
     this.socket = new WebSocket(url, { perMessageDeflate: false });
     this.opened = new Promise((resolve, reject) => {
       this.socket.once('open', () => resolve());
@@ -55,15 +65,15 @@ export class WsClient {
   }
 
   /** Opens a socket and waits until it is open. */
-  static async connect(url: string): Promise<WsClient> {
-    const client = new WsClient(url);
+  static async connect(url: string, options: WsClientOptions = {}): Promise<WsClient> {
+    const client = new WsClient(url, options);
     await client.opened;
     return client;
   }
 
   /** Starts opening a socket without waiting (for tests about refused or closed connections). */
-  static open(url: string): WsClient {
-    return new WsClient(url);
+  static open(url: string, options: WsClientOptions = {}): WsClient {
+    return new WsClient(url, options);
   }
 
   get isOpen(): boolean {
@@ -170,6 +180,7 @@ export class WsClient {
       : Array.isArray(data)
         ? Buffer.concat(data).toString('utf8')
         : Buffer.from(data).toString('utf8');
+    if (this.#keepRaw) this.raw.push(raw);
     let value: unknown;
     try {
       value = JSON.parse(raw);

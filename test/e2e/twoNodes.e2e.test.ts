@@ -1,0 +1,92 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ConversationInfo, LoggedEvent } from '../../src/protocol/index.ts';
+import { startEmbeddedNats, type EmbeddedNats } from '../../src/store/index.ts';
+import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
+import { natsBinary } from '../support/natsBinary.ts';
+import {
+  allEvents,
+  createConversation,
+  eventually,
+  http,
+  startServer,
+  type ServerProcess,
+} from '../support/serverProcess.ts';
+import { WsClient, wsUrlFor, type EventFrame } from '../support/wsClient.ts';
+
+// Two `tether serve` processes on one nats-server: a client of either sees a
+// conversation's events live, whichever process runs it, because each process
+// follows the log once instead of pushing from the writer's memory.
+let natsDir: string;
+let nats: EmbeddedNats;
+let a: ServerProcess;
+let b: ServerProcess;
+const sockets: WsClient[] = [];
+
+beforeAll(async () => {
+  natsDir = await mkdtemp(join(tmpdir(), 'tether-two-nodes-'));
+  nats = await startEmbeddedNats({ dataDir: natsDir, binary: natsBinary() });
+  [a, b] = await Promise.all([
+    startServer({ env: { NATS_URL: nats.url } }),
+    startServer({ env: { NATS_URL: nats.url } }),
+  ]);
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all(sockets.map((s) => s.terminate()));
+  await Promise.all([a?.stop(), b?.stop()]);
+  await nats?.stop();
+  await rm(natsDir, { recursive: true, force: true });
+});
+
+async function listen(server: ServerProcess, id: string): Promise<WsClient> {
+  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id), { keepRaw: true });
+  sockets.push(client);
+  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
+  return client;
+}
+
+const asLogged = (f: EventFrame): LoggedEvent => ({ seq: f.seq, event: f.event });
+const eventTexts = (client: WsClient) => client.raw.filter((text) => text.startsWith('{"type":"event"'));
+
+describe('two tether serve processes on one NATS', () => {
+  it("a client of the other process sees every event of a conversation driven through the first, live, once, in order and byte-equal to the first's frames", async () => {
+    const id = await createConversation(a.baseUrl);
+    const onA = await listen(a, id);
+    const onB = await listen(b, id);
+    const joinedAt = (onB.frames[0] as { through_seq: number }).through_seq;
+
+    // Driven through A over its socket: messages, and a command with output.
+    for (const content of ['one', 'two', 'three']) {
+      onA.sendMessage(content);
+      await eventually(
+        async () => (repliesTo(await allEvents(a.baseUrl, id), content).length === 1 ? true : undefined),
+        `the answer to "${content}"`,
+      );
+    }
+    onA.send({ type: 'user_action', action: { type: 'run', command: 'seq 1 500' } });
+    const log = await eventually(async () => {
+      const events = await allEvents(a.baseUrl, id);
+      return events.some((e) => e.event.type === 'command_output') && endsAwaiting(events) ? events : undefined;
+    }, 'the command and its output');
+
+    await onB.waitUntil(() => onB.lastSeq() >= log.at(-1)!.seq, { what: "every event on B's client" });
+    await onA.waitUntil(() => onA.lastSeq() >= log.at(-1)!.seq, { what: "every event on A's client" });
+    // Every event once, in order, as the log has them; and most of them came live, after B's client joined.
+    expect(onB.events().map(asLogged)).toEqual(log);
+    expect(onA.events().map(asLogged)).toEqual(log);
+    expect(log.filter((e) => e.seq > joinedAt).length).toBeGreaterThan(10);
+    expect(eventTexts(onB)).toEqual(eventTexts(onA));
+    expect(eventTexts(onB)).toHaveLength(log.length);
+    expect([onA.invalid, onB.invalid]).toEqual([[], []]);
+    // Both processes' REST answers are the same log; the session ran on A only.
+    expect(await allEvents(b.baseUrl, id)).toEqual(log);
+    expect(log.filter((e) => e.event.type === 'session_rehydrated')).toEqual([]);
+    const infoB = await http<ConversationInfo>(b.baseUrl, 'GET', `/api/conversations/${id}`);
+    const infoA = await http<ConversationInfo>(a.baseUrl, 'GET', `/api/conversations/${id}`);
+    expect([infoA.body.in_memory, infoB.body.in_memory]).toEqual([true, false]);
+    expect(infoB.body).toMatchObject({ state: 'awaiting_user_input', last_seq: log.at(-1)!.seq });
+  }, 60_000);
+});
