@@ -30,12 +30,6 @@ export interface ReadPage {
   hasMore: boolean;
 }
 
-/** History then live events, in order, without a gap or a duplicate at the seam. */
-export interface EventTail extends AsyncIterable<LoggedEvent> {
-  /** Ends the iteration; pending `next()` calls resolve as done. */
-  stop(): Promise<void>;
-}
-
 /** What a follower of the whole log is told. */
 export interface FollowHandlers {
   /** Whether the follower wants a conversation's events now; the others are skipped without being parsed. */
@@ -65,7 +59,6 @@ export interface EventLog {
   lastSeq(conversationId: string): Promise<number>;
   /** The conversation's last event, undefined when it has none. One direct read, no consumer. */
   last(conversationId: string): Promise<LoggedEvent | undefined>;
-  tail(conversationId: string, options?: { afterSeq?: number }): EventTail;
   /** Follows every conversation's events appended from now on (a node's one live feed). */
   follow(handlers: FollowHandlers): LogFollower;
   /** Removes every event of the conversation. */

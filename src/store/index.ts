@@ -6,7 +6,6 @@ export type {
   AppendOptions,
   AppendResult,
   EventLog,
-  EventTail,
   FollowHandlers,
   LogFollower,
   ReadOptions,

@@ -13,7 +13,6 @@ import type {
   AppendOptions,
   AppendResult,
   EventLog,
-  EventTail,
   FollowHandlers,
   LogFollower,
   ReadOptions,
@@ -23,7 +22,6 @@ import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
 import { JetStreamFollower } from './jetStreamFollower.ts';
 import { JetStreamPublisher } from './jetStreamPublisher.ts';
-import { JetStreamTail, toLoggedEvent } from './jetStreamTail.ts';
 import { DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, ensureEventStream, pullBytes, subjectFor } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
 
@@ -142,13 +140,6 @@ export class JetStreamEventLog implements EventLog {
     }
   }
 
-  tail(conversationId: string, options: { afterSeq?: number } = {}): EventTail {
-    const { afterSeq } = readRange({ afterSeq: options.afterSeq });
-    const subject = subjectFor(this.subjectPrefix, conversationId);
-    const open = () => this.#js.consumers.get(this.stream, { filter_subjects: subject, opt_start_seq: afterSeq + 1 });
-    return new JetStreamTail(open, conversationId, pullBytes(this.#nc));
-  }
-
   follow(handlers: FollowHandlers): LogFollower {
     return new JetStreamFollower(
       {
@@ -211,6 +202,20 @@ async function readPage(consumer: Consumer, limit: number, maxBytes: number): Pr
     messages.stop();
   }
   return { items, hasMore: last ? last.info.pending > 0 : pending > 0 };
+}
+
+const decoder = new TextDecoder();
+
+/**
+ * A stored message as a LoggedEvent. JSON.parse only: events were validated
+ * before they were appended, and this is the hot path of every replay.
+ */
+function toLoggedEvent(m: JsMsg): LoggedEvent {
+  try {
+    return { seq: m.seq, event: JSON.parse(decoder.decode(m.data)) as StoredEvent };
+  } catch (err) {
+    throw new Error(`stream message ${m.seq} on ${m.subject} is not JSON`, { cause: err });
+  }
 }
 
 /** Opens the event log on `nc`, creating or updating its stream first. */

@@ -3,7 +3,6 @@ import type {
   AppendOptions,
   AppendResult,
   EventLog,
-  EventTail,
   FollowHandlers,
   LogFollower,
   ReadOptions,
@@ -39,7 +38,6 @@ export class MemoryEventLog implements EventLog {
   readonly #logs = new Map<string, StoredMessage[]>();
   /** Insertion order is time order: expired entries are pruned from the front. */
   readonly #seen = new Map<string, { seq: number; at: number }>();
-  readonly #watchers = new Map<string, Set<() => void>>();
   readonly #followers = new Set<FollowHandlers>();
   #lastSeq = 0;
 
@@ -66,7 +64,6 @@ export class MemoryEventLog implements EventLog {
     log.push({ seq, json: Buffer.from(eventBytes(event)).toString() });
     this.#logs.set(conversationId, log);
     if (key !== undefined) this.#seen.set(key, { seq, at: now });
-    for (const wake of this.#watchers.get(conversationId) ?? []) wake();
     const message = log[log.length - 1]!;
     for (const follower of this.#followers)
       if (follower.wants(conversationId)) follower.event(conversationId, toLoggedEvent(message));
@@ -93,23 +90,6 @@ export class MemoryEventLog implements EventLog {
     return message === undefined ? undefined : toLoggedEvent(message);
   }
 
-  tail(conversationId: string, options: { afterSeq?: number } = {}): EventTail {
-    const { afterSeq } = readRange({ afterSeq: options.afterSeq });
-    assertConversationId(conversationId);
-    return new MemoryTail(afterSeq, {
-      next: (seq) => {
-        const log = this.#logs.get(conversationId) ?? [];
-        return log[firstAfter(log, seq)];
-      },
-      watch: (wake) => {
-        const watchers = this.#watchers.get(conversationId) ?? new Set();
-        watchers.add(wake);
-        this.#watchers.set(conversationId, watchers);
-        return () => watchers.delete(wake);
-      },
-    });
-  }
-
   follow(handlers: FollowHandlers): LogFollower {
     this.#followers.add(handlers);
     return {
@@ -131,60 +111,6 @@ export class MemoryEventLog implements EventLog {
       if (now - at < this.#windowMs) return;
       this.#seen.delete(key);
     }
-  }
-}
-
-interface TailSource {
-  next(afterSeq: number): StoredMessage | undefined;
-  watch(wake: () => void): () => void;
-}
-
-class MemoryTail implements EventTail, AsyncIterator<LoggedEvent> {
-  readonly #pending = new Set<() => void>();
-  readonly #unwatch: () => void;
-  #cursor: number;
-  #stopped = false;
-
-  constructor(
-    afterSeq: number,
-    private readonly source: TailSource,
-  ) {
-    this.#cursor = afterSeq;
-    this.#unwatch = source.watch(() => this.#wakeAll());
-  }
-
-  [Symbol.asyncIterator](): AsyncIterator<LoggedEvent> {
-    return this;
-  }
-
-  async next(): Promise<IteratorResult<LoggedEvent, undefined>> {
-    while (!this.#stopped) {
-      const message = this.source.next(this.#cursor);
-      if (message) {
-        this.#cursor = message.seq;
-        return { done: false, value: toLoggedEvent(message) };
-      }
-      await new Promise<void>((resolve) => this.#pending.add(resolve));
-    }
-    return { done: true, value: undefined };
-  }
-
-  async return(): Promise<IteratorResult<LoggedEvent, undefined>> {
-    await this.stop();
-    return { done: true, value: undefined };
-  }
-
-  async stop(): Promise<void> {
-    if (this.#stopped) return;
-    this.#stopped = true;
-    this.#unwatch();
-    this.#wakeAll();
-  }
-
-  #wakeAll(): void {
-    const pending = [...this.#pending];
-    this.#pending.clear();
-    for (const resolve of pending) resolve();
   }
 }
 

@@ -16,7 +16,6 @@ function recordingLog(failPurges = 0): { log: EventLog; purged: Map<string, Stor
     read: (id, options) => inner.read(id, options),
     lastSeq: (id) => inner.lastSeq(id),
     last: (id) => inner.last(id),
-    tail: (id, options) => inner.tail(id, options),
     follow: (handlers) => inner.follow(handlers),
     purge: async (id) => {
       if (failures-- > 0) throw new Error('the store is down');

@@ -179,64 +179,46 @@ export function eventLogContract(name: string, makeLog: () => Promise<EventLog>)
       expect(await log.read(b)).toEqual({ items: logged(b, seqsB), hasMore: false });
     });
 
-    test('a tail delivers history then live events with no gap or duplicate while appends continue', async () => {
+    test('a follow delivers every event appended once it is ready, of each conversation it wants, once and in order', async () => {
       const log = await makeLog();
-      const c = newConversationId();
-      const seqs = await appendMany(log, c, 10);
-      const writer = (async () => {
-        for (let id = 10; id <= 40; id++) {
-          seqs.push(...(await appendMany(log, c, 1, id)));
-          if (id % 5 === 0) await new Promise((resolve) => setTimeout(resolve, 2));
-        }
-      })();
-      const tail = log.tail(c, { afterSeq: seqs[4]! });
-      const got: LoggedEvent[] = [];
-      for await (const item of tail) {
-        got.push(item);
-        if (item.event.id === 40) break;
+      const [a, b, skipped] = [newConversationId(), newConversationId(), newConversationId()];
+      await appendMany(log, a, 3);
+      const got: Array<{ conversationId: string; logged: LoggedEvent }> = [];
+      let wake = () => {};
+      const follower = log.follow({
+        wants: (conversationId) => conversationId !== skipped,
+        event: (conversationId, logged) => {
+          got.push({ conversationId, logged });
+          wake();
+        },
+      });
+      await follower.ready;
+      const expected: Array<{ conversationId: string; logged: LoggedEvent }> = [];
+      for (let id = 3; id < 23; id++) {
+        const [seqA] = await appendMany(log, a, 1, id);
+        expected.push({ conversationId: a, logged: { seq: seqA!, event: message(a, id) } });
+        await appendMany(log, skipped, 1, id - 3);
+        const [seqB] = await appendMany(log, b, 1, id - 3);
+        expected.push({ conversationId: b, logged: { seq: seqB!, event: message(b, id - 3) } });
       }
-      await writer;
-      expect(got.map((item) => item.seq)).toEqual(seqs.slice(5));
-      expect(got).toEqual(logged(c, seqs.slice(5), 5));
+      while (got.length < expected.length) await new Promise<void>((resolve) => (wake = resolve));
+      await follower.stop();
+      expect(got).toEqual(expected);
     });
 
-    test('a tail without afterSeq starts at the first event', async () => {
+    test('stop ends a follow: events appended afterwards are not delivered', async () => {
       const log = await makeLog();
       const c = newConversationId();
-      const seqs = await appendMany(log, c, 3);
-      const tail = log.tail(c);
       const got: LoggedEvent[] = [];
-      for await (const item of tail) {
-        got.push(item);
-        if (got.length === 3) break;
-      }
-      expect(got).toEqual(logged(c, seqs));
-    });
-
-    test('a tail from the conversation’s last sequence delivers only events appended after it', async () => {
-      const log = await makeLog();
-      const c = newConversationId();
-      const last = (await appendMany(log, c, 3)).at(-1)!;
-      const tail = log.tail(c, { afterSeq: last });
-      const it = tail[Symbol.asyncIterator]();
-      const next = it.next();
-      const [fresh] = await appendMany(log, c, 1, 3);
-      expect(await next).toEqual({ done: false, value: { seq: fresh, event: message(c, 3) } });
-      await tail.stop();
-    });
-
-    test('stop ends a tail: a pending next resolves as done and later events are not delivered', async () => {
-      const log = await makeLog();
-      const c = newConversationId();
+      const follower = log.follow({ wants: () => true, event: (_, logged) => got.push(logged) });
+      await follower.ready;
       const [seq] = await appendMany(log, c, 1);
-      const tail = log.tail(c);
-      const it = tail[Symbol.asyncIterator]();
-      expect(await it.next()).toEqual({ done: false, value: { seq, event: message(c, 0) } });
-      const pending = it.next();
-      await tail.stop();
-      expect(await pending).toEqual({ done: true, value: undefined });
-      await appendMany(log, c, 1, 1);
-      expect(await it.next()).toEqual({ done: true, value: undefined });
+      const deadline = Date.now() + 5_000;
+      while (got.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+      await follower.stop();
+      await appendMany(log, c, 2, 1);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(got).toEqual([{ seq, event: message(c, 0) }]);
     });
 
     test('purge removes every event of the conversation and leaves the others', async () => {

@@ -1,0 +1,80 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { scriptedAgent } from '../../src/agent/index.ts';
+import type { LoggedEvent } from '../../src/protocol/index.ts';
+import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
+import { memoryStores, type EventLog } from '../../src/store/index.ts';
+import { createTether, type Tether } from '../../src/tether.ts';
+import { WsClient } from '../support/wsClient.ts';
+
+let tether: Tether | undefined;
+afterEach(async () => {
+  await tether?.close();
+  tether = undefined;
+});
+
+/** A log whose live feed loses the events `drop` picks, as a feed that fell behind or restarted past them would. */
+function lossyFeed(log: EventLog, drop: (logged: LoggedEvent) => boolean): { log: EventLog; dropped: LoggedEvent[] } {
+  const dropped: LoggedEvent[] = [];
+  return {
+    dropped,
+    log: {
+      append: (event, options) => log.append(event, options),
+      read: (id, options) => log.read(id, options),
+      lastSeq: (id) => log.lastSeq(id),
+      last: (id) => log.last(id),
+      purge: (id) => log.purge(id),
+      follow: (handlers) =>
+        log.follow({
+          ...handlers,
+          event: (conversationId, logged) => {
+            if (drop(logged)) dropped.push(logged);
+            else handlers.event(conversationId, logged);
+          },
+        }),
+    },
+  };
+}
+
+describe('the live feed misses events', () => {
+  it('a client still gets every event once and in order: the next event after a gap makes its connection read the gap from the log', async () => {
+    const stores = memoryStores();
+    // The agent's messages and its `running` states are lost on the way to the clients; the
+    // `awaiting_user_input` that ends each answer gets through (a gap shows only when a later event comes).
+    const { log, dropped } = lossyFeed(
+      stores.log,
+      ({ event }) =>
+        (event.type === 'message' && event.source === 'agent') ||
+        (event.type === 'agent_state_changed' && event.data.state === 'running'),
+    );
+    tether = createTether({
+      stores: { ...stores, log },
+      runtimes: memoryRuntimeProvider(),
+      agent: scriptedAgent(),
+      newId: () => 'conv1',
+    });
+    const { port } = await tether.listen(0, '127.0.0.1');
+    await tether.manager.create('local', {
+      confirmation_mode: false,
+      max_iterations: 100,
+      secrets: {},
+    });
+    const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
+    for (const content of ['one', 'two', 'three', 'four']) {
+      const from = ws.frames.length;
+      ws.sendMessage(content);
+      await ws.waitFor(
+        (f) =>
+          f.type === 'event' &&
+          f.event.source === 'agent' &&
+          f.event.type === 'message' &&
+          f.event.data.content.includes(content),
+        { from, what: `the answer to "${content}"` },
+      );
+    }
+    const stored = (await stores.log.read('conv1')).items;
+    await ws.waitUntil(() => ws.lastSeq() >= stored.at(-1)!.seq, { what: 'every event' });
+    expect(dropped.length).toBeGreaterThanOrEqual(8);
+    expect(ws.events().map((f) => ({ seq: f.seq, event: f.event }))).toEqual(stored);
+    expect(ws.invalid).toEqual([]);
+  });
+});
