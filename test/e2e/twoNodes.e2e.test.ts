@@ -88,5 +88,15 @@ describe('two tether serve processes on one NATS', () => {
     const infoA = await http<ConversationInfo>(a.baseUrl, 'GET', `/api/conversations/${id}`);
     expect([infoA.body.in_memory, infoB.body.in_memory]).toEqual([true, false]);
     expect(infoB.body).toMatchObject({ state: 'awaiting_user_input', last_seq: log.at(-1)!.seq });
+
+    // Status frames reach B's client too (over core NATS): the runtime dies on A, both clients are told.
+    const statusFrom = onB.frames.length;
+    onA.send({ type: 'user_action', action: { type: 'run', command: 'kill -9 $$' } });
+    for (const client of [onA, onB]) {
+      await client.waitFor((f) => f.type === 'status' && f.id === 'STATUS$ERROR_RUNTIME_DISCONNECTED', {
+        from: client === onB ? statusFrom : 0,
+        what: 'the runtime-disconnected status frame',
+      });
+    }
   }, 60_000);
 });
