@@ -3,7 +3,13 @@
 export type { NatsConnection } from '@nats-io/transport-node';
 
 export type { AppendOptions, AppendResult, EventLog, EventTail, ReadOptions, ReadPage } from './eventLog.ts';
-export { ConversationRecord, type ConversationStore } from './conversationStore.ts';
+export {
+  ConversationEntry,
+  WorkMarker,
+  type ConversationStore,
+  type EntryPage,
+  type ListPosition,
+} from './conversationStore.ts';
 export { StoreUnavailableError, VersionConflictError } from './errors.ts';
 
 export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
