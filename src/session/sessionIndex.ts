@@ -1,4 +1,4 @@
-import { agentStateOf, isBusy, type SessionSnapshot } from '../../machines/index.ts';
+import { agentStateOf, BUSY_AGENT_STATES, isBusy, type SessionSnapshot } from '../../machines/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../protocol/index.ts';
 import type { ConversationEntry, ConversationStore } from '../store/index.ts';
@@ -70,13 +70,15 @@ export class SessionIndex implements SessionIndexHook {
     if (created) this.#createdAt = created.ts;
     const passivated = events.find((e) => e.type === 'session_passivated');
     const user = after.context.user;
+    // Out of memory the machine is in `passivated`; the event names the agent state it comes back in.
+    const state = passivated ? passivated.data.state : agentStateOf(after);
     try {
       if (this.#createdAt === undefined) throw new Error('the creation time of the conversation is not known');
       const entry: ConversationEntry = {
         conversation_id: this.#conversationId,
         user,
         created_at: this.#createdAt,
-        state: agentStateOf(after),
+        state,
         in_memory: passivated === undefined,
       };
       if (comesBack(events) || !sameEntry(entry, this.#entry)) {
@@ -85,7 +87,7 @@ export class SessionIndex implements SessionIndexHook {
       }
       if (passivated) {
         // Only a shutdown leaves busy work for recovery; any other passivation waits for an action.
-        if (!(passivated.data.reason === 'shutdown' && isBusy(after))) {
+        if (!(passivated.data.reason === 'shutdown' && BUSY_AGENT_STATES.has(state))) {
           await this.#store.unmark(this.#conversationId);
           this.#marker = 'absent';
         }

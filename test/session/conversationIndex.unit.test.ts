@@ -141,6 +141,25 @@ describe('the conversation index', () => {
     expect(later.liveCount).toBe(0);
   });
 
+  it('keeps the marker of a conversation shut down mid-step, so the next process brings it back; idle ones leave none', async () => {
+    const stores = memoryStores();
+    const gate = gatedAgent();
+    const m = manager(stores, () => gate.agent);
+    const { conversation_id: busy } = await m.create('ada', { ...defaults, initial_message: 'think' });
+    const { conversation_id: idle } = await m.create('ada', defaults);
+    await until(async () => (await stores.conversations.get('ada', idle))?.state === 'awaiting_user_input');
+    await until(async () => (await m.session(busy, 'ada')).state === 'running');
+    await m.shutdown();
+    expect(await stores.conversations.markers()).toEqual([{ conversation_id: busy, user: 'ada', unsettled: true }]);
+    expect(await stores.conversations.get('ada', busy)).toMatchObject({ state: 'running', in_memory: false });
+    const log = new CountingLog(stores.log);
+    const later = manager(stores, () => scriptedAgent(), log);
+    expect(await later.recover()).toBe(1);
+    expect(log.callsFor(idle)).toEqual([]);
+    expect(later.isLive(busy)).toBe(true);
+    await later.shutdown();
+  });
+
   it('deleting a conversation removes its entry and marker', async () => {
     const stores = memoryStores();
     const m = manager(stores);
