@@ -21,5 +21,18 @@ export {
   MAX_COMMAND_CHARS,
   type StatusFrame,
 } from './frames.ts';
-export { CreateConversationBody, ActionBody, EventsQuery, ConversationInfo, DEFAULT_MAX_ITERATIONS } from './rest.ts';
+export {
+  CreateConversationBody,
+  ActionBody,
+  EventsQuery,
+  ConversationInfo,
+  ConversationsQuery,
+  ConversationSummary,
+  ConversationPage,
+  encodeListCursor,
+  DEFAULT_MAX_ITERATIONS,
+  DEFAULT_LIST_LIMIT,
+  MAX_LIST_LIMIT,
+  type ListPosition,
+} from './rest.ts';
 export { eventBytes, parseStoredEvent } from './eventJson.ts';

@@ -48,3 +48,64 @@ export const ConversationInfo = z.object({
   last_seq: z.number().int().min(0),
 });
 export type ConversationInfo = z.infer<typeof ConversationInfo>;
+
+/** Items a list page holds at most (`limit`), and by default. */
+export const MAX_LIST_LIMIT = 1000;
+export const DEFAULT_LIST_LIMIT = 100;
+
+/** Where a list page starts: after this conversation, in newest-first order. */
+export interface ListPosition {
+  created_at: string;
+  conversation_id: string;
+}
+
+/**
+ * A list cursor as clients see it: opaque (base64url of JSON), handed back
+ * as `?cursor=` unchanged. Only a cursor this server gave parses.
+ */
+export function encodeListCursor(position: ListPosition): string {
+  const base64 = btoa(JSON.stringify([position.created_at, position.conversation_id]));
+  return base64.replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '');
+}
+
+const CursorFields = z.tuple([z.iso.datetime(), ConversationId]);
+
+function decodeListCursor(cursor: string): ListPosition | undefined {
+  try {
+    const json = atob(cursor.replaceAll('-', '+').replaceAll('_', '/'));
+    const parsed = CursorFields.safeParse(JSON.parse(json));
+    return parsed.success ? { created_at: parsed.data[0], conversation_id: parsed.data[1] } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export const ConversationsQuery = z.object({
+  limit: z.coerce
+    .number()
+    .int('limit is a whole number')
+    .min(1, 'limit is at least 1')
+    .max(MAX_LIST_LIMIT, `limit is at most ${MAX_LIST_LIMIT}: page with next_cursor for more`)
+    .default(DEFAULT_LIST_LIMIT),
+  cursor: z
+    .string()
+    .max(512, 'cursor is not one this server gave')
+    .transform((cursor, ctx) => {
+      const position = decodeListCursor(cursor);
+      if (position === undefined) ctx.addIssue({ code: 'custom', message: 'cursor is not one this server gave' });
+      return position ?? z.NEVER;
+    })
+    .optional(),
+});
+export type ConversationsQuery = z.infer<typeof ConversationsQuery>;
+
+/** One item of `GET /api/conversations`: the user's index entry and the log's last sequence now. */
+export const ConversationSummary = ConversationInfo.omit({ runtime_status: true });
+export type ConversationSummary = z.infer<typeof ConversationSummary>;
+
+export const ConversationPage = z.object({
+  items: z.array(ConversationSummary),
+  /** Pass back as `?cursor=` for the next page; null when this page is the last. */
+  next_cursor: z.string().nullable(),
+});
+export type ConversationPage = z.infer<typeof ConversationPage>;

@@ -1,7 +1,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ZodType } from 'zod';
 import { errorFields, type Logger } from '../logger.ts';
-import { ActionBody, CreateConversationBody, EventsQuery } from '../protocol/index.ts';
+import {
+  ActionBody,
+  ConversationsQuery,
+  CreateConversationBody,
+  encodeListCursor,
+  EventsQuery,
+  type ConversationPage,
+} from '../protocol/index.ts';
 import type { SessionManager } from '../session/index.ts';
 import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
@@ -47,7 +54,19 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         body: await manager.create(user, await readJson(req, CreateConversationBody)),
       }),
     ],
-    ['GET', /^\/api\/conversations$/, async ({ user }) => ({ status: 200, body: { items: await manager.list(user) } })],
+    [
+      'GET',
+      /^\/api\/conversations$/,
+      async ({ user, url }) => {
+        const q = ConversationsQuery.parse(Object.fromEntries(url.searchParams));
+        const page = await manager.list(user, { limit: q.limit, ...(q.cursor && { after: q.cursor }) });
+        const body: ConversationPage = {
+          items: page.items,
+          next_cursor: page.next === null ? null : encodeListCursor(page.next),
+        };
+        return { status: 200, body };
+      },
+    ],
     [
       'GET',
       /^\/api\/conversations\/([^/]+)$/,

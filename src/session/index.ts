@@ -3,7 +3,6 @@ export {
   DEFAULT_LIMITS,
   type SessionManagerDeps,
   type SessionLimits,
-  type ConversationSummary,
   type ConnectPoint,
 } from './sessionManager.ts';
 export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts';

@@ -20,6 +20,7 @@ import type { EffectDeps } from './effectRunner.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
 import { SessionEffects } from './sessionEffects.ts';
+import type { SessionIndexHook } from './sessionIndex.ts';
 import { SessionLog, type SubmitResult } from './sessionLog.ts';
 
 export type { SubmitResult } from './sessionLog.ts';
@@ -34,6 +35,8 @@ export interface SessionDeps extends EffectDeps {
   onApplied?: (session: Session, before: SessionSnapshot | undefined) => void;
   /** Called once when the session can no longer write (conflict, store fault, close). */
   onClosed?: (session: Session, reason: string) => void;
+  /** The conversation index, told before each decision is appended and after it took effect. */
+  index?: SessionIndexHook;
 }
 
 /** What a session is rebuilt from. `history` is null when it came from a snapshot (loaded on demand). */
@@ -263,6 +266,7 @@ export class Session {
         to: agentStateOf(decision.snapshot),
         events: decision.events.map((e) => e.type),
       });
+    await this.#deps.index?.beforeAppend(before, decision.snapshot, decision.events);
     let first: SubmitResult | undefined;
     for (const event of decision.events) {
       const result = await this.#log.append(event, first === undefined ? msgId : undefined);
@@ -274,6 +278,7 @@ export class Session {
     // acknowledged. (An append that fails closes the session: it is reloaded from the log.)
     this.#snapshot = decision.snapshot;
     this.#afterDecision(before);
+    await this.#deps.index?.afterApply(decision.snapshot, decision.events);
     return first!;
   }
 

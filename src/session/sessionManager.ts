@@ -5,7 +5,9 @@ import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type {
   AgentState,
   ConversationInfo,
+  ConversationSummary,
   CreateConversationBody,
+  ListPosition,
   PassivationReason,
   UserAction,
 } from '../protocol/index.ts';
@@ -13,7 +15,7 @@ import type { RuntimeProvider } from '../runtime/index.ts';
 import { agentStateOf, type SessionSnapshot } from '../../machines/index.ts';
 import {
   memoryStatusChannel,
-  type ConversationRecord,
+  type ConversationEntry,
   type ConversationStore,
   type EventLog,
   type ReadPage,
@@ -22,10 +24,12 @@ import {
 } from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
-import { loadSessionState, wasMidTask } from './loadSession.ts';
+import { loadSessionState } from './loadSession.ts';
 import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
 import { maskingLogger } from './secretMasker.ts';
 import { Session, type SessionDeps, type SubmitResult } from './session.ts';
+import { SessionIndex } from './sessionIndex.ts';
+import { recoverMarker } from './workRecovery.ts';
 
 export interface SessionLimits extends PassivationLimits {
   /** A session that has not started this long after creation reports error. */
@@ -62,10 +66,8 @@ export interface SessionManagerDeps {
   commandTimeoutMs?: number;
 }
 
-export type ConversationSummary = Pick<ConversationInfo, 'conversation_id' | 'user' | 'created_at' | 'in_memory'> & {
-  /** Known while the session is in memory; null otherwise. */
-  state: AgentState | null;
-};
+/** Log reads at once when a list page asks each conversation's last sequence. */
+const LIST_CONCURRENCY = 16;
 
 /** Where a client's connection starts: the conversation's state as of its last stored event. */
 export interface ConnectPoint {
@@ -131,31 +133,44 @@ export class SessionManager {
       start_timeout_ms: this.limits.startTimeoutMs,
     });
     this.#live.set(conversationId, session);
-    await this.#deps.conversations.put({
-      conversation_id: conversationId,
-      user,
-      created_at: this.#clock().toISOString(),
-    });
     if (body.initial_message !== undefined) {
       await session.act({ type: 'message', content: body.initial_message });
     }
     return { conversation_id: conversationId };
   }
 
-  async list(user: string): Promise<ConversationSummary[]> {
-    const records = (await this.#deps.conversations.list()).filter((r) => r.user === user);
-    return records.map((r) => {
-      const live = this.#live.get(r.conversation_id);
-      return { ...r, in_memory: live !== undefined, state: live?.state ?? null };
-    });
+  /**
+   * One page of the user's conversations, newest first, from the user's index
+   * (no other user's entries are read, no session is loaded); `last_seq` is
+   * read from the log now, one direct get per item. `next` is where the next
+   * page starts, null at the end.
+   */
+  async list(
+    user: string,
+    page: { limit: number; after?: ListPosition },
+  ): Promise<{ items: ConversationSummary[]; next: ListPosition | null }> {
+    const { items, more } = await this.#deps.conversations.list(user, page);
+    const read = pLimit(LIST_CONCURRENCY);
+    const summaries = await Promise.all(
+      items.map((entry) =>
+        read(async () => ({ ...entry, last_seq: await this.#deps.log.lastSeq(entry.conversation_id) })),
+      ),
+    );
+    const last = items.at(-1);
+    return {
+      items: summaries,
+      next: more && last ? { created_at: last.created_at, conversation_id: last.conversation_id } : null,
+    };
   }
 
   /** A conversation as it stands. A read: nothing is stored and a conversation out of memory stays out. */
   async info(conversationId: string, user: string): Promise<ConversationInfo> {
-    const record = await this.#owned(conversationId, user);
+    const { created_at } = await this.#owned(conversationId, user);
     const { snapshot, throughSeq, live } = await this.#peek(conversationId);
     return {
-      ...record,
+      conversation_id: conversationId,
+      user,
+      created_at,
       state: agentStateOf(snapshot),
       runtime_status: snapshot.context.runtime,
       in_memory: live,
@@ -248,7 +263,7 @@ export class SessionManager {
     await session?.close('deleted');
     await this.#deps.log.purge(conversationId);
     await this.#deps.snapshots.delete(conversationId);
-    await this.#deps.conversations.delete(conversationId);
+    await this.#deps.conversations.delete(user, conversationId);
     this.#secrets.delete(conversationId);
   }
 
@@ -268,15 +283,24 @@ export class SessionManager {
   /**
    * After a restart: brings back every conversation whose log ends in the
    * middle of a task, so it finishes by itself. Returns how many came back.
+   * Only conversations with a work marker (in memory or possibly busy when
+   * the last process stopped) are looked at, and only the unsettled ones' logs
+   * are read: an idle conversation costs no log read.
    */
   async recover(): Promise<number> {
-    const records = await this.#deps.conversations.list();
+    const markers = await this.#deps.conversations.markers();
     const probe = pLimit(this.limits.rehydrateConcurrency);
-    const midTask = await Promise.all(
-      records.map((r) => probe(async () => wasMidTask(await this.#deps.log.last(r.conversation_id)))),
+    const found = await Promise.all(
+      markers.map((marker) =>
+        probe(() =>
+          this.#live.has(marker.conversation_id) || this.#loading.has(marker.conversation_id)
+            ? undefined
+            : recoverMarker(marker, this.#deps.conversations, this.#deps.log),
+        ),
+      ),
     );
-    const chosen = records.filter((_, i) => midTask[i]);
-    await Promise.allSettled(chosen.map((r) => this.#load(r)));
+    const chosen = found.filter((entry) => entry !== undefined);
+    await Promise.allSettled(chosen.map((entry) => this.#load(entry)));
     if (chosen.length > 0) this.#logger.info('recovered conversations', { count: chosen.length });
     return chosen.length;
   }
@@ -300,10 +324,10 @@ export class SessionManager {
     await Session.endStored(id, this.#sessionDeps(id), loaded.state, 'deleted');
   }
 
-  async #owned(conversationId: string, user: string): Promise<ConversationRecord> {
-    const record = await this.#deps.conversations.get(conversationId);
-    if (!record || record.user !== user) throw new ConversationNotFoundError(conversationId);
-    return record;
+  async #owned(conversationId: string, user: string): Promise<ConversationEntry> {
+    const entry = await this.#deps.conversations.get(user, conversationId);
+    if (!entry) throw new ConversationNotFoundError(conversationId);
+    return entry;
   }
 
   /**
@@ -334,26 +358,27 @@ export class SessionManager {
     );
   }
 
-  #load(record: ConversationRecord): Promise<Session> {
-    const id = record.conversation_id;
+  #load(entry: ConversationEntry): Promise<Session> {
+    const id = entry.conversation_id;
     const live = this.#live.get(id);
     if (live && !live.closed) return Promise.resolve(live);
     let loading = this.#loading.get(id);
     if (!loading) {
       const leaving = this.#leaving.get(id) ?? Promise.resolve();
       loading = leaving
-        .then(() => this.#rehydrations(() => this.#rehydrate(id)))
+        .then(() => this.#rehydrations(() => this.#rehydrate(entry)))
         .finally(() => this.#loading.delete(id));
       this.#loading.set(id, loading);
     }
     return loading;
   }
 
-  async #rehydrate(id: string): Promise<Session> {
+  async #rehydrate(entry: ConversationEntry): Promise<Session> {
+    const id = entry.conversation_id;
     const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
     // A conversation that ended (deleted, its purge not done) does not come back.
     if (!loaded || loaded.state.snapshot.status !== 'active') throw new ConversationNotFoundError(id);
-    const session = await Session.restore(id, this.#sessionDeps(id), loaded.state, loaded.from, loaded.folded);
+    const session = await Session.restore(id, this.#sessionDeps(id, entry), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
     this.#logger.info('session rehydrated', {
       conversation_id: id,
@@ -364,7 +389,8 @@ export class SessionManager {
     return session;
   }
 
-  #sessionDeps(conversationId: string): SessionDeps {
+  /** `known`: the conversation's index entry, when it has one (not yet at creation). */
+  #sessionDeps(conversationId: string, known?: ConversationEntry): SessionDeps {
     return {
       log: this.#deps.log,
       feed: this.feed,
@@ -378,6 +404,7 @@ export class SessionManager {
       secrets: this.#secrets.get(conversationId) ?? {},
       commandTimeoutMs: this.#deps.commandTimeoutMs,
       onApplied: (session, before) => this.#policy.applied(session, before),
+      index: new SessionIndex(conversationId, this.#deps.conversations, this.#logger, known),
       onClosed: (session) => {
         if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId))
           this.#live.delete(conversationId);

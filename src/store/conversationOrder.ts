@@ -1,9 +1,15 @@
-import type { ConversationRecord } from './conversationStore.ts';
+import type { ConversationEntry, EntryPage, ListPosition } from './conversationStore.ts';
 
-/** Oldest first, ties by id: the one order every ConversationStore lists in. Sorts in place. */
-export function sortRecords(records: ConversationRecord[]): ConversationRecord[] {
-  const byId = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-  return records.sort(
-    (a, b) => Date.parse(a.created_at) - Date.parse(b.created_at) || byId(a.conversation_id, b.conversation_id),
-  );
+/** Newest first, ties by greater id first: the one order every ConversationStore lists in. */
+export function newestFirst(a: ListPosition, b: ListPosition): number {
+  const byId = (x: string, y: string) => (x < y ? 1 : x > y ? -1 : 0);
+  return Date.parse(b.created_at) - Date.parse(a.created_at) || byId(a.conversation_id, b.conversation_id);
+}
+
+/** The page of `entries` (any order) that follows `after`, at most `limit` long. */
+export function pageOf(entries: ConversationEntry[], page: { limit: number; after?: ListPosition }): EntryPage {
+  const { after } = page;
+  const sorted = entries.sort(newestFirst);
+  const rest = after === undefined ? sorted : sorted.filter((e) => newestFirst(after, e) < 0);
+  return { items: rest.slice(0, page.limit), more: rest.length > page.limit };
 }

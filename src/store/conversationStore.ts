@@ -1,21 +1,65 @@
 import { z } from 'zod';
-import { ConversationId } from '../protocol/index.ts';
+import { AgentState, ConversationId, type ListPosition } from '../protocol/index.ts';
 
-export const ConversationRecord = z.object({
-  conversation_id: ConversationId,
-  user: z.string(),
-  created_at: z.iso.datetime(),
-});
-export type ConversationRecord = z.infer<typeof ConversationRecord>;
+export type { ListPosition };
 
 /**
- * Conversation metadata (who owns it, when it was made), kept apart from the
- * log so listing never reads events. Implementations: `kvConversationStore`
- * (JetStream KV) and `memoryConversationStore`.
+ * One conversation in its user's index: what the list answers without
+ * reading the log (only `last_seq` comes from the log, at answer time).
+ */
+export const ConversationEntry = z.object({
+  conversation_id: ConversationId,
+  user: z.string().min(1),
+  created_at: z.iso.datetime(),
+  /** The agent state of the conversation's last state fact (kept while it is out of memory). */
+  state: AgentState,
+  in_memory: z.boolean(),
+});
+export type ConversationEntry = z.infer<typeof ConversationEntry>;
+
+/**
+ * The index of open work recovery reads instead of every log. A conversation
+ * has a marker while it is in memory somewhere or its log may say it is busy.
+ * `unsettled` over-approximates: it is set before an append that may make the
+ * conversation busy or change its agent state, and cleared only once the
+ * entry holds that state and the state is not busy. Recovery reads the log of
+ * unsettled conversations only.
+ */
+export const WorkMarker = z.object({
+  conversation_id: ConversationId,
+  user: z.string().min(1),
+  unsettled: z.boolean(),
+});
+export type WorkMarker = z.infer<typeof WorkMarker>;
+
+export interface EntryPage {
+  /** Newest first (ties: greater conversation id first). */
+  items: ConversationEntry[];
+  /** Whether entries follow the last item. */
+  more: boolean;
+}
+
+/**
+ * Conversation records as projections, kept apart from the log so listing
+ * and recovery read no events: a per-user index of entries and an index of
+ * open work. Users are separate: `get`, `list` and `delete` of one user
+ * never see another's entries. Implementations: `kvConversationStore`
+ * (JetStream KV) and `memoryConversationStore`; both pass
+ * `test/store/conversationStoreContract.ts`.
  */
 export interface ConversationStore {
-  put(record: ConversationRecord): Promise<void>;
-  get(conversationId: string): Promise<ConversationRecord | undefined>;
-  list(): Promise<ConversationRecord[]>;
-  delete(conversationId: string): Promise<void>;
+  /** Creates or replaces the entry of `entry.user`'s conversation. */
+  put(entry: ConversationEntry): Promise<void>;
+  /** The user's entry, undefined when the user has no such conversation. */
+  get(user: string, conversationId: string): Promise<ConversationEntry | undefined>;
+  /** One page of the user's entries, newest first, after `after` when given. */
+  list(user: string, page: { limit: number; after?: ListPosition }): Promise<EntryPage>;
+  /** Removes the user's entry and the conversation's work marker; unknown ones are a no-op. */
+  delete(user: string, conversationId: string): Promise<void>;
+  /** Creates or replaces a conversation's work marker. */
+  mark(marker: WorkMarker): Promise<void>;
+  /** Removes a conversation's work marker; an unknown one is a no-op. */
+  unmark(conversationId: string): Promise<void>;
+  /** Every work marker, in no particular order. */
+  markers(): Promise<WorkMarker[]>;
 }

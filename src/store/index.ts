@@ -12,7 +12,13 @@ export type {
   ReadPage,
 } from './eventLog.ts';
 export { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
-export { ConversationRecord, type ConversationStore } from './conversationStore.ts';
+export {
+  ConversationEntry,
+  WorkMarker,
+  type ConversationStore,
+  type EntryPage,
+  type ListPosition,
+} from './conversationStore.ts';
 export { StoreUnavailableError, VersionConflictError } from './errors.ts';
 
 export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';

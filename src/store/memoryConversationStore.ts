@@ -1,32 +1,49 @@
-import { assertConversationId } from './assertConversationId.ts';
-import { sortRecords } from './conversationOrder.ts';
-import type { ConversationRecord, ConversationStore } from './conversationStore.ts';
+import { entryKey, MARKER_PREFIX, markerKey, userPrefix } from './conversationKeys.ts';
+import { pageOf } from './conversationOrder.ts';
+import type { ConversationEntry, ConversationStore, EntryPage, ListPosition, WorkMarker } from './conversationStore.ts';
 
 /**
- * The in-memory twin of KvConversationStore. Records are kept as JSON, as the
- * bucket keeps them, so a caller mutating a record it put or got changes nothing.
+ * The in-memory twin of KvConversationStore, with the same key layout. Values
+ * are kept as JSON, as the bucket keeps them, so a caller mutating a value it
+ * put or got changes nothing.
  */
 export class MemoryConversationStore implements ConversationStore {
-  readonly #records = new Map<string, string>();
+  readonly #keys = new Map<string, string>();
 
-  async put(record: ConversationRecord): Promise<void> {
-    assertConversationId(record.conversation_id);
-    this.#records.set(record.conversation_id, JSON.stringify(record));
+  async put(entry: ConversationEntry): Promise<void> {
+    this.#keys.set(entryKey(entry.user, entry.conversation_id), JSON.stringify(entry));
   }
 
-  async get(conversationId: string): Promise<ConversationRecord | undefined> {
-    assertConversationId(conversationId);
-    const json = this.#records.get(conversationId);
-    return json === undefined ? undefined : (JSON.parse(json) as ConversationRecord);
+  async get(user: string, conversationId: string): Promise<ConversationEntry | undefined> {
+    const json = this.#keys.get(entryKey(user, conversationId));
+    return json === undefined ? undefined : (JSON.parse(json) as ConversationEntry);
   }
 
-  async list(): Promise<ConversationRecord[]> {
-    return sortRecords([...this.#records.values()].map((json) => JSON.parse(json) as ConversationRecord));
+  async list(user: string, page: { limit: number; after?: ListPosition }): Promise<EntryPage> {
+    const prefix = userPrefix(user);
+    const entries = [...this.#keys].flatMap(([key, json]) =>
+      key.startsWith(prefix) ? [JSON.parse(json) as ConversationEntry] : [],
+    );
+    return pageOf(entries, page);
   }
 
-  async delete(conversationId: string): Promise<void> {
-    assertConversationId(conversationId);
-    this.#records.delete(conversationId);
+  async delete(user: string, conversationId: string): Promise<void> {
+    this.#keys.delete(entryKey(user, conversationId));
+    this.#keys.delete(markerKey(conversationId));
+  }
+
+  async mark(marker: WorkMarker): Promise<void> {
+    this.#keys.set(markerKey(marker.conversation_id), JSON.stringify(marker));
+  }
+
+  async unmark(conversationId: string): Promise<void> {
+    this.#keys.delete(markerKey(conversationId));
+  }
+
+  async markers(): Promise<WorkMarker[]> {
+    return [...this.#keys].flatMap(([key, json]) =>
+      key.startsWith(MARKER_PREFIX) ? [JSON.parse(json) as WorkMarker] : [],
+    );
   }
 }
 

@@ -25,7 +25,7 @@ const isMessageEvent = (frame: Frame, content: string) =>
   frame.event.data.content === content;
 
 describe('a hung NATS server', () => {
-  it('says not ready while nats-server hangs, and sends an open ws client the message it stored after its acknowledgement timed out', async (ctx) => {
+  it('says not ready while nats-server hangs, stores the message that timed out at most once, and sends an open ws client every stored event once', async (ctx) => {
     const server = await startServer({ env: { TETHER_AGENT_DELAY_MS: '0' } });
     servers.push(server);
     ctx.onTestFailed(() => console.log(`tether stderr (tail):\n${server.stderr().slice(-4_000)}`));
@@ -66,8 +66,8 @@ describe('a hung NATS server', () => {
     const logs = await untilQuiet(server.baseUrl, [id], { timeoutMs: 30_000 });
     await ws.roundTrip();
     const log = logs.get(id)!;
-    // It was stored after all, once.
-    expect(contentCounts(log).get('sent while nats-server hangs')).toBe(1);
+    // It may or may not have been stored (a write before its append may be what timed out), but never twice.
+    expect(contentCounts(log).get('sent while nats-server hangs') ?? 0).toBeLessThanOrEqual(1);
     expect(idProblem(log)).toBeNull();
     // The socket stayed open through it all, so it must have every stored event once, in order, up to the end of the log.
     expect(ws.isOpen).toBe(true);

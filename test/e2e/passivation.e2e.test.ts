@@ -336,7 +336,7 @@ describe('passivation: sessions leave memory and come back', () => {
       b: false,
       c: true,
     });
-    expect(afterC.get(b)?.state).toBeNull();
+    expect(afterC.get(b)?.state).toBe('awaiting_user_input');
     const bBefore = await allEvents(server.baseUrl, b);
     expectPassivatedLog(bBefore, 'capacity', 'awaiting_user_input');
     expect(passivations(await allEvents(server.baseUrl, a))).toEqual([]);

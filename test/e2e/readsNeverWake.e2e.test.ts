@@ -27,6 +27,8 @@ afterAll(async () => {
 interface Listed {
   conversation_id: string;
   in_memory: boolean;
+  state: string;
+  last_seq: number;
 }
 
 async function listed(id: string): Promise<Listed | undefined> {
@@ -67,7 +69,7 @@ describe('reads never wake a conversation', () => {
         last_seq: lastSeq,
       });
       expect(await allEvents(server.baseUrl, id, 2)).toEqual(before);
-      expect((await listed(id))?.in_memory).toBe(false);
+      expect(await listed(id)).toMatchObject({ in_memory: false, state: 'awaiting_user_input', last_seq: lastSeq });
       await sleep(CLOSE_DELAY_MS);
     }
     expect(whole.frames[0]).toMatchObject({ type: 'sync', through_seq: lastSeq, state: 'awaiting_user_input' });

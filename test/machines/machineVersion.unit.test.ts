@@ -111,7 +111,13 @@ describe('logs recorded under machine version 3', () => {
         let seq = 0;
         for (const event of events) seq = (await stores.log.append(event, { expectedLastSeq: seq })).seq;
         const id = created.conversation_id;
-        await stores.conversations.put({ conversation_id: id, user: created.data.user, created_at: created.ts });
+        await stores.conversations.put({
+          conversation_id: id,
+          user: created.data.user,
+          created_at: created.ts,
+          state: 'awaiting_user_input',
+          in_memory: false,
+        });
         const before = agentStateOf(foldEvents(events).snapshot);
         const session = await manager.session(id, created.data.user);
         const after = (await stores.log.read(id, { afterSeq: seq })).items.map((i) => i.event);

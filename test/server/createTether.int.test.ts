@@ -48,7 +48,7 @@ describe('createTether', () => {
     const page = await stores.log.read('conv1');
     expect(page.items.length).toBeGreaterThan(5);
     expect(new Set(page.items.map((item) => item.event.ts))).toEqual(new Set(['2026-01-02T03:04:05.000Z']));
-    expect((await stores.conversations.get('conv1'))?.user).toBe('ada');
+    expect((await stores.conversations.get('ada', 'conv1'))?.user).toBe('ada');
 
     await tether.close();
     expect((await ws.closed).code).toBe(1001);

@@ -203,8 +203,8 @@ describe('session manager', () => {
     await expect(m.act(id, 'bob', { type: 'message', content: 'hi' })).rejects.toBeInstanceOf(
       ConversationNotFoundError,
     );
-    expect(await m.list('bob')).toEqual([]);
-    expect((await m.list('alice')).map((c) => c.conversation_id)).toEqual([id]);
+    expect(await m.list('bob', { limit: 10 })).toEqual({ items: [], next: null });
+    expect((await m.list('alice', { limit: 10 })).items.map((c) => c.conversation_id)).toEqual([id]);
   });
 
   it('reports a command as interrupted, not run again, when the process died while it ran', async () => {

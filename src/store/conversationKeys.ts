@@ -1,0 +1,35 @@
+import { assertConversationId } from './assertConversationId.ts';
+
+/**
+ * The conversation bucket's key layout:
+ * - `u.<user>.<conversation_id>`: the user's index entry (`<user>` is the
+ *   user name in base64url, so any name is a key token and no user's prefix
+ *   is another's);
+ * - `w.<conversation_id>`: the conversation's work marker;
+ * - a bare `<conversation_id>`: a record of the layout before these (migrated when the store opens).
+ */
+export function userToken(user: string): string {
+  if (user === '') throw new TypeError('a user name is not empty');
+  return Buffer.from(user, 'utf8').toString('base64url');
+}
+
+export function userPrefix(user: string): string {
+  return `u.${userToken(user)}.`;
+}
+
+export function entryKey(user: string, conversationId: string): string {
+  assertConversationId(conversationId);
+  return `${userPrefix(user)}${conversationId}`;
+}
+
+export const MARKER_PREFIX = 'w.';
+
+export function markerKey(conversationId: string): string {
+  assertConversationId(conversationId);
+  return `${MARKER_PREFIX}${conversationId}`;
+}
+
+/** A key of the layout before the per-user index: the conversation id alone. */
+export function isLegacyKey(key: string): boolean {
+  return !key.includes('.');
+}

@@ -1,0 +1,117 @@
+// Recovery after a restart reads no log of an idle conversation: it finds unfinished work
+// from the work markers, on real NATS stores, with a log that counts every read.
+import { Kvm } from '@nats-io/kv';
+import { jetstreamManager } from '@nats-io/jetstream';
+import pLimit from 'p-limit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
+import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
+import { SessionManager } from '../../src/session/index.ts';
+import { jetStreamStores, type NatsConnection, type Stores } from '../../src/store/index.ts';
+import { CountingLog } from '../support/countingLog.ts';
+import { connectTestNats, uniqueBucketName, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+
+const IDLE = 1000;
+const defaults = { confirmation_mode: false, max_iterations: 10, secrets: {} };
+const names = {
+  stream: uniqueStreamName(),
+  subjectPrefix: uniqueSubjectPrefix(),
+  conversationBucket: uniqueBucketName(),
+  snapshotBucket: uniqueBucketName(),
+};
+
+let nc: NatsConnection;
+let stores: Stores;
+beforeAll(async () => {
+  nc = await connectTestNats();
+  stores = await jetStreamStores(nc, names);
+});
+afterAll(async () => {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.delete(names.stream);
+  for (const bucket of [names.conversationBucket, names.snapshotBucket])
+    await (await new Kvm(nc).open(bucket)).destroy();
+  await nc.close();
+});
+
+/** An agent whose step never answers: its conversation stays running until its process dies. */
+const hanging: Agent = { step: () => new Promise(() => {}) };
+
+function manager(log: Stores['log'], agentFor: (id: string) => Agent, newId?: () => string): SessionManager {
+  return new SessionManager({
+    ...stores,
+    log,
+    runtimes: memoryRuntimeProvider(),
+    agentFor,
+    ...(newId && { newId }),
+  });
+}
+
+async function until(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  const end = Date.now() + 60_000;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('recovery after a restart', () => {
+  it(`reads no log of any of ${IDLE} idle conversations, after a crash and after a shutdown, and brings back the busy one`, async () => {
+    let n = 0;
+    const first = manager(
+      stores.log,
+      (id) => (id === 'busy' ? hanging : scriptedAgent()),
+      () => (n === 0 ? 'busy' : `idle${String(n)}`),
+    );
+    const idle: string[] = [];
+    const create = pLimit(32);
+    await Promise.all(
+      Array.from({ length: IDLE }, (_, i) =>
+        create(async () => {
+          n = i + 1;
+          const { conversation_id: id } = await first.create(`user${i % 7}`, defaults);
+          idle.push(id);
+        }),
+      ),
+    );
+    n = 0;
+    const { conversation_id: busy } = await first.create('user0', { ...defaults, initial_message: 'think forever' });
+    expect(busy).toBe('busy');
+    const sessions = await Promise.all(idle.map((id, i) => first.session(id, `user${i % 7}`)));
+    await until(() => sessions.every((s) => s.state === 'awaiting_user_input'), 'every idle conversation settled');
+    const busySession = await first.session(busy, 'user0');
+    await until(() => busySession.state === 'running', 'the busy conversation running');
+    // The index is written before each caller is answered, but the last steps here were the runtime's own: wait for them.
+    await until(async () => {
+      const markers = await stores.conversations.markers();
+      return markers.length === IDLE + 1 && markers.every((m) => m.unsettled === (m.conversation_id === busy));
+    }, 'every idle conversation settled in the index');
+
+    // The first process "crashes": every conversation is still in memory there, one of them busy.
+    const afterCrash = new CountingLog(stores.log);
+    const second = manager(afterCrash, () => scriptedAgent());
+    expect(await second.recover()).toBe(1);
+    expect(idle.filter((id) => afterCrash.callsFor(id).length > 0)).toEqual([]);
+    expect(afterCrash.callsFor(busy)).toContain('last');
+    expect(second.isLive(busy)).toBe(true);
+    const back = await second.session(busy, 'user0');
+    await until(() => back.state === 'awaiting_user_input', 'the busy conversation finishing its step');
+    // The index no longer says the idle ones are in memory (the process that held them is gone).
+    const page = await second.list('user3', { limit: 1000 });
+    expect(page.items.length).toBeGreaterThan(100);
+    expect(page.items.filter((c) => c.in_memory || c.state !== 'awaiting_user_input')).toEqual([]);
+
+    // A clean shutdown and a restart: nothing to recover, no log read at all.
+    await second.shutdown();
+    const afterShutdown = new CountingLog(stores.log);
+    const third = manager(afterShutdown, () => scriptedAgent());
+    expect(await third.recover()).toBe(0);
+    expect(afterShutdown.conversationsRead).toEqual([]);
+    // A list page reads the log once per item it answers (its last sequence), nothing else.
+    const listed = await third.list('user0', { limit: 10 });
+    expect(listed.items).toHaveLength(10);
+    expect(afterShutdown.conversationsRead.sort()).toEqual(listed.items.map((c) => c.conversation_id).sort());
+    expect(listed.items.every((c) => afterShutdown.callsFor(c.conversation_id).join() === 'lastSeq')).toBe(true);
+    await third.shutdown();
+  }, 120_000);
+});
