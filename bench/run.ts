@@ -3,7 +3,8 @@
 // baseline beside it: the append path (a) and the read path (b) against raw
 // JetStream, rehydration of a 10,000-event conversation (c, d), the heap of
 // 10,000 live and passivated sessions (e), resume after a drop (f), density of
-// ws connections (g) and cold start (h). Writes bench/RESULTS.md and prints
+// ws connections (g), cold start (h) and the host's CPU per agent
+// step in a long conversation against a short one (i). Writes bench/RESULTS.md and prints
 // the table. Exits 1 on any error or timeout; a missed target is
 // reported (and profiled), not an error.
 import { rmSync } from 'node:fs';
@@ -13,6 +14,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { ensureNatsServer } from '../scripts/nats-binary.js';
 import { connectNats, startEmbeddedNats, type EmbeddedNats, type NatsConnection } from '../src/store/index.ts';
+import { measureAgentStep } from './agentStepRows.ts';
 import { measureAppend } from './appendRows.ts';
 import { CODE_KIND, RESULTS_FILE } from './benchFiles.ts';
 import type { BenchContext, Measure } from './benchContext.ts';
@@ -46,6 +48,7 @@ const STEPS: ReadonlyArray<{ name: string; measure: Measure }> = [
   { name: 'resume', measure: measureResume },
   { name: 'density', measure: measureDensity },
   { name: 'coldstart', measure: measureColdStart },
+  { name: 'agentstep', measure: async (ctx) => measureAgentStep(ctx) },
 ];
 // `--only=append,resume` runs those steps and prints their rows without writing RESULTS.md.
 const only = process.argv

@@ -23,17 +23,33 @@ export type AgentMove =
   | { type: 'finish'; content: string };
 
 export interface AgentStepInput {
-  conversationId: string;
-  /**
-   * Every stored event of the conversation so far, oldest first. It is the
-   * session's own list: it may grow while the step runs, so read what you need
-   * at the start, and never change it.
-   */
-  history: readonly StoredEvent[];
   signal?: AbortSignal;
+}
+
+/**
+ * What an agent knows of one conversation, built up one stored event at a
+ * time, so a step costs the same at the conversation's 10,000th event as at
+ * its 10th: the session tells it every event once, in order, as it is stored
+ * (and, when the session comes back into memory, the events before, once),
+ * and never hands it the whole history again.
+ */
+export interface AgentContext {
+  /**
+   * The conversation's next stored event (ids 0, 1, 2... without a gap). Runs
+   * inside the session's append: cheap bookkeeping, no I/O, and it must not
+   * throw. Keep what the next steps need, not every event.
+   */
+  observe(event: StoredEvent): void;
+  /**
+   * The next action, from the events observed so far. Events stored while it
+   * runs are observed meanwhile: read what you need before the first `await`.
+   * The same events observed give the same action (an LLM aside).
+   */
+  step(input?: AgentStepInput): Promise<AgentAction>;
 }
 
 /** Where a conversation's next action comes from: an LLM, a script or a recording. */
 export interface Agent {
-  step(input: AgentStepInput): Promise<AgentAction>;
+  /** A fresh context for conversation `conversationId`, which has observed nothing yet. */
+  context(conversationId: string): AgentContext;
 }

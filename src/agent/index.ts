@@ -1,4 +1,4 @@
-export type { Agent, AgentAction, AgentMove, AgentStepInput, AgentUsage } from './agent.ts';
+export type { Agent, AgentAction, AgentContext, AgentMove, AgentStepInput, AgentUsage } from './agent.ts';
 export { ScriptedAgent, scriptedAgent } from './scriptedAgent.ts';
 export { LlmAgent, llmAgent, type LlmAgentOptions, type LlmPricing, type LlmUsage } from './llmAgent.ts';
 export {
@@ -11,9 +11,7 @@ export {
 } from './llmErrors.ts';
 export {
   CHAT_TOOLS,
-  toChatMessages,
   toAgentAction,
-  toolCallId,
   shellQuote,
   readFileCommand,
   writeFileCommand,
@@ -21,5 +19,6 @@ export {
   type ChatToolCall,
   type AssistantReply,
 } from './llmMessages.ts';
+export { ChatTranscript, toChatMessages, toolCallId, type ChatMessageOptions } from './chatTranscript.ts';
 export { rateCommand, riskRule, HIGH_RISK_RULES, type Risk } from './riskAnalyzer.ts';
 export { replayable, trajectoryActions } from './replayAgent.ts';

@@ -1,6 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { z } from 'zod';
-import type { Agent, AgentAction, AgentStepInput } from './agent.ts';
+import type { Agent, AgentAction, AgentContext } from './agent.ts';
+import { ChatTranscript } from './chatTranscript.ts';
 import {
   LlmAuthenticationError,
   LlmQuotaExceededError,
@@ -9,7 +10,7 @@ import {
   LlmResponseError,
   LlmServerError,
 } from './llmErrors.ts';
-import { CHAT_TOOLS, toAgentAction, toChatMessages, type ChatMessage } from './llmMessages.ts';
+import { CHAT_TOOLS, toAgentAction, type ChatMessage } from './llmMessages.ts';
 
 /** US dollars per million tokens, for the cost estimate in `LlmUsage`. */
 export interface LlmPricing {
@@ -93,10 +94,24 @@ export class LlmAgent implements Agent {
     return this.#lastUsage;
   }
 
-  async step({ conversationId, history, signal }: AgentStepInput): Promise<AgentAction> {
+  /** A conversation's context: its chat messages, one event at a time; each step sends them. */
+  context(conversationId: string): AgentContext {
+    const transcript = new ChatTranscript({ maxOutputChars: this.#options.maxOutputChars });
+    return {
+      observe: (event) => transcript.observe(event),
+      step: (input) => this.#step(conversationId, transcript.messages, input?.signal),
+    };
+  }
+
+  async #step(
+    conversationId: string,
+    messages: readonly ChatMessage[],
+    signal: AbortSignal | undefined,
+  ): Promise<AgentAction> {
     signal?.throwIfAborted();
-    const messages = toChatMessages(history, { maxOutputChars: this.#options.maxOutputChars });
-    const completion = await this.#complete(messages, signal);
+    // Serialised now: events observed while the request is out belong to the next step.
+    const body = JSON.stringify({ model: this.#options.model, messages, tools: CHAT_TOOLS, tool_choice: 'auto' });
+    const completion = await this.#complete(body, signal);
     const action = toAgentAction(completion.choices[0]!.message);
     const usage = this.#record(conversationId, completion);
     return usage
@@ -111,9 +126,8 @@ export class LlmAgent implements Agent {
       : action;
   }
 
-  async #complete(messages: ChatMessage[], signal: AbortSignal | undefined): Promise<ChatCompletion> {
+  async #complete(body: string, signal: AbortSignal | undefined): Promise<ChatCompletion> {
     const { maxRetries = 3, retryBaseMs = 500 } = this.#options;
-    const body = JSON.stringify({ model: this.#options.model, messages, tools: CHAT_TOOLS, tool_choice: 'auto' });
     for (let attempt = 0; ; attempt++) {
       const outcome = await this.#attempt(body, signal);
       if (!isTransient(outcome)) return outcome;

@@ -1,5 +1,5 @@
 import type { StoredEvent } from '../protocol/index.ts';
-import type { Agent, AgentAction, AgentMove, AgentStepInput } from './agent.ts';
+import type { Agent, AgentContext, AgentMove } from './agent.ts';
 
 type ReplayAction = NonNullable<
   Extract<StoredEvent, { type: 'conversation_created' }>['data']['replay_actions']
@@ -20,27 +20,44 @@ export function trajectoryActions(events: readonly StoredEvent[]): ReplayAction[
  * Replays a recorded trajectory, then continues live. The recorded actions
  * live in the conversation's creation event, and the step to replay is the
  * number of actions the agent already took, so a replay survives restarts and
- * never asks the live agent (an LLM) for a step it has a recording of.
+ * never asks the live agent (an LLM) for a step it has a recording of. The
+ * live agent observes every event too, so it takes over knowing the whole
+ * conversation.
  */
 export function replayable(live: Agent): Agent {
   return {
-    async step(input: AgentStepInput): Promise<AgentAction> {
-      const created = input.history[0];
-      const recorded = created?.type === 'conversation_created' ? created.data.replay_actions : undefined;
-      if (recorded && recorded.length > 0) {
-        const taken = input.history.filter(
-          (e) => e.source === 'agent' && (e.type === 'message' || e.type === 'command' || e.type === 'finish'),
-        ).length;
-        const next = recorded[taken];
-        if (next?.type === 'message') {
-          const { content, wait_for_response } = next;
-          return wait_for_response === false
-            ? { type: 'message', content, waitForResponse: false }
-            : { type: 'message', content };
-        }
-        if (next) return next satisfies AgentMove;
-      }
-      return live.step(input);
+    context(conversationId: string): AgentContext {
+      const inner = live.context(conversationId);
+      let first = true;
+      let recorded: readonly ReplayAction[] = [];
+      let taken = 0;
+      return {
+        observe(event) {
+          if (first && event.type === 'conversation_created') recorded = event.data.replay_actions ?? [];
+          first = false;
+          if (
+            event.source === 'agent' &&
+            (event.type === 'message' || event.type === 'command' || event.type === 'finish')
+          )
+            taken += 1;
+          // Played out: the recording is not kept.
+          if (taken >= recorded.length) recorded = [];
+          inner.observe(event);
+        },
+        step(input) {
+          const next = recorded[taken];
+          if (next?.type === 'message') {
+            const { content, wait_for_response } = next;
+            return Promise.resolve(
+              wait_for_response === false
+                ? { type: 'message', content, waitForResponse: false }
+                : { type: 'message', content },
+            );
+          }
+          if (next) return Promise.resolve(next satisfies AgentMove);
+          return inner.step(input);
+        },
+      };
     },
   };
 }

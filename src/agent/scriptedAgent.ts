@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { EventOf, StoredEvent } from '../protocol/index.ts';
-import type { Agent, AgentAction, AgentStepInput } from './agent.ts';
+import type { Agent, AgentAction, AgentContext, AgentStepInput } from './agent.ts';
 
 const OUTPUT_CHARS = 2_000;
 const OUTPUT_LINES = 40;
@@ -29,10 +29,8 @@ export class ScriptedAgent implements Agent {
     this.#delayMs = options.delayMs ?? 0;
   }
 
-  async step({ history, signal }: AgentStepInput): Promise<AgentAction> {
-    signal?.throwIfAborted();
-    if (this.#delayMs > 0) await delay(this.#delayMs, undefined, { signal });
-    return nextAction(history);
+  context(): AgentContext {
+    return new ScriptedContext(this.#delayMs);
   }
 }
 
@@ -42,39 +40,55 @@ export function scriptedAgent(options: { delayMs?: number } = {}): ScriptedAgent
 
 type Cue = { kind: 'user'; text: string } | { kind: 'output'; output: EventOf<'command_output'> };
 
-function nextAction(history: readonly StoredEvent[]): AgentAction {
-  const [cue, ...waiting] = pendingCues(history);
-  const action =
-    cue?.kind === 'user' ? answerUser(cue.text) : cue && { type: 'message' as const, content: summarise(cue.output) };
-  // More cues wait: say so, and the session takes another step for the next one.
-  if (action?.type === 'message' && waiting.length > 0) return { ...action, waitForResponse: false };
-  if (action) return action;
-  if (history.some((e) => e.source === 'agent')) {
-    return { type: 'finish', content: 'Done. Send another message, or "!<command>" to run one.' };
-  }
-  return { type: 'message', content: `Hello! ${HELP}` };
-}
-
 /**
- * What still waits for an answer, oldest first. Every user message, and the
- * output of every command the agent ran, gets exactly one answer (an agent
- * message, command or finish), in order: messages that queue up while the
- * agent works are each answered on a later step, none is skipped.
+ * What still waits for an answer, oldest first, kept up to date one event at
+ * a time. Every user message, and the output of every command the agent ran,
+ * gets exactly one answer (an agent message, command or finish), in order:
+ * messages that queue up while the agent works are each answered on a later
+ * step, none is skipped. It holds the unanswered cues and the ids of the
+ * agent's commands (to know their outputs), never the events themselves.
  */
-function pendingCues(history: readonly StoredEvent[]): Cue[] {
-  const pending: Cue[] = [];
-  const agentCommands = new Set<number>();
-  for (const event of history) {
+class ScriptedContext implements AgentContext {
+  readonly #delayMs: number;
+  readonly #pending: Cue[] = [];
+  readonly #agentCommands = new Set<number>();
+  #agentSpoke = false;
+
+  constructor(delayMs: number) {
+    this.#delayMs = delayMs;
+  }
+
+  observe(event: StoredEvent): void {
+    if (event.source === 'agent') this.#agentSpoke = true;
     if (event.source === 'agent' && (event.type === 'message' || event.type === 'command' || event.type === 'finish')) {
-      pending.shift();
-      if (event.type === 'command') agentCommands.add(event.id);
+      this.#pending.shift();
+      if (event.type === 'command') this.#agentCommands.add(event.id);
     } else if (event.type === 'message' && event.source === 'user') {
-      pending.push({ kind: 'user', text: event.data.content });
-    } else if (event.type === 'command_output' && event.cause !== undefined && agentCommands.has(event.cause)) {
-      pending.push({ kind: 'output', output: event });
+      this.#pending.push({ kind: 'user', text: event.data.content });
+    } else if (event.type === 'command_output' && event.cause !== undefined && this.#agentCommands.has(event.cause)) {
+      this.#pending.push({ kind: 'output', output: event });
     }
   }
-  return pending;
+
+  async step({ signal }: AgentStepInput = {}): Promise<AgentAction> {
+    signal?.throwIfAborted();
+    if (this.#delayMs > 0) await delay(this.#delayMs, undefined, { signal });
+    // After the think time: a message stored meanwhile waits behind this answer.
+    return this.#nextAction();
+  }
+
+  #nextAction(): AgentAction {
+    const [cue] = this.#pending;
+    const action =
+      cue?.kind === 'user' ? answerUser(cue.text) : cue && { type: 'message' as const, content: summarise(cue.output) };
+    // More cues wait: say so, and the session takes another step for the next one.
+    if (action?.type === 'message' && this.#pending.length > 1) return { ...action, waitForResponse: false };
+    if (action) return action;
+    if (this.#agentSpoke) {
+      return { type: 'finish', content: 'Done. Send another message, or "!<command>" to run one.' };
+    }
+    return { type: 'message', content: `Hello! ${HELP}` };
+  }
 }
 
 function answerUser(text: string): AgentAction {

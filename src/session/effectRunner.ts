@@ -1,10 +1,16 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DecisionInput, Effect } from '../../machines/index.ts';
-import { LlmAuthenticationError, LlmRateLimitError, type Agent, type AgentAction } from '../agent/index.ts';
+import {
+  LlmAuthenticationError,
+  LlmRateLimitError,
+  type Agent,
+  type AgentAction,
+  type AgentContext,
+} from '../agent/index.ts';
 import { TetherError } from '../errors.ts';
 import { errorFields, type Logger } from '../logger.ts';
-import type { StatusFrame, StoredEvent } from '../protocol/index.ts';
+import type { StatusFrame } from '../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { EventLog } from '../store/index.ts';
 import type { ConversationFeed } from './conversationFeed.ts';
@@ -26,7 +32,8 @@ export interface EffectDeps {
 /** The part of a session that effects talk back to: every result goes to the decider. */
 export interface EffectHost {
   readonly conversationId: string;
-  history(): Promise<readonly StoredEvent[]>;
+  /** The agent's context, which has observed every stored event. */
+  agentContext(): Promise<AgentContext>;
   decide(input: DecisionInput): Promise<unknown>;
   /** The stored event that asked for the runtime the session wants now (`context.runtimeCause`). */
   runtimeCause(): number;
@@ -231,11 +238,8 @@ export class EffectRunner {
   async #askAgent(cause: number): Promise<string> {
     let action: AgentAction;
     try {
-      action = await this.#deps.agent.step({
-        conversationId: this.#host.conversationId,
-        history: await this.#host.history(),
-        signal: this.#abort.signal,
-      });
+      const context = await this.#host.agentContext();
+      action = await context.step({ signal: this.#abort.signal });
     } catch (err) {
       if (this.#abort.signal.aborted) return 'aborted';
       await this.#host.decide(this.#agentFailure(err, cause));

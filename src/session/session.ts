@@ -15,6 +15,7 @@ import type {
   StoredEvent,
   UserAction,
 } from '../protocol/index.ts';
+import type { AgentContext } from '../agent/index.ts';
 import type { SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
@@ -39,7 +40,7 @@ export interface SessionDeps extends EffectDeps {
   index?: SessionIndexHook;
 }
 
-/** What a session is rebuilt from. `history` is null when it came from a snapshot (loaded on demand). */
+/** What a session is rebuilt from. `history` is null when it came from a snapshot (the agent's context is then built from the log on demand). */
 export interface RestoredState {
   snapshot: SessionSnapshot;
   lastSeq: number;
@@ -79,7 +80,7 @@ export class Session {
     this.#effects = new SessionEffects(
       {
         conversationId,
-        history: () => this.history(),
+        agentContext: () => this.agentContext(),
         decide: (input) => this.decide(input),
         runtimeCause: () => this.snapshot?.context.runtimeCause ?? 0,
         runtimeLost: () => this.snapshot?.context.runtimeLost ?? null,
@@ -171,9 +172,9 @@ export class Session {
     return this.#closed !== null;
   }
 
-  /** Every stored event, oldest first; read from the log the first time after a snapshot restore. */
-  history(): Promise<readonly StoredEvent[]> {
-    return this.#log.history((work) => this.#mailboxed(work));
+  /** The agent's context for this conversation, up to date with every stored event; built from the log the first time after a snapshot restore. */
+  agentContext(): Promise<AgentContext> {
+    return this.#log.agentContext((work) => this.#mailboxed(work));
   }
 
   /** A user's action. A retry with the same `clientId` is stored once. */

@@ -1,12 +1,13 @@
 import { SESSION_MACHINE_VERSION } from '../../machines/index.ts';
+import type { Agent, AgentContext } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../protocol/index.ts';
-import { EVENT_VERSION, eventBytes } from '../protocol/index.ts';
+import { EVENT_VERSION } from '../protocol/index.ts';
 import { VersionConflictError, type EventLog, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
 import { SessionClosedError } from './errors.ts';
 
-/** Bytes of stored events a live session keeps at hand for its agent; beyond, it reads them from the log per step. */
-const HISTORY_CACHE_BYTES = 4 * 1024 * 1024;
+/** Events per read when the agent's context is rebuilt from the log: the memory it takes is one page. */
+const REBUILD_PAGE = 1_000;
 
 export interface SubmitResult {
   seq: number;
@@ -15,6 +16,7 @@ export interface SubmitResult {
 
 export interface SessionLogDeps {
   log: EventLog;
+  agent: Agent;
   snapshots: SnapshotStore;
   snapshotEvery: number;
   clock: () => Date;
@@ -24,21 +26,22 @@ export interface SessionLogDeps {
 export interface SessionLogStart {
   lastSeq: number;
   nextEventId: number;
+  /** Every stored event, oldest first, when they were read anyway; null: the agent's context is rebuilt from the log when first needed. */
   history: StoredEvent[] | null;
 }
 
 /**
  * One session's side of the event log: appends with the expected last
  * sequence (a conflict means another writer: the session closes), the next
- * event id, snapshots, and a bounded cache of the history for the agent.
+ * event id, snapshots, and the agent's context, which observes every event
+ * once, as it is stored, so an agent step never rereads the history.
  */
 export class SessionLog {
   readonly #conversationId: string;
   readonly #deps: SessionLogDeps;
   readonly #onFault: (reason: string) => void;
-  #history: StoredEvent[] | null;
-  /** Bytes of the events in `#history`: past HISTORY_CACHE_BYTES the history is read from the log when needed. */
-  #historyBytes = 0;
+  /** Null until first needed after a snapshot restore: then built once from the log. */
+  #context: AgentContext | null;
   #lastSeq: number;
   #nextEventId: number;
   #lastActivity: number;
@@ -54,11 +57,8 @@ export class SessionLog {
     this.#conversationId = conversationId;
     this.#deps = deps;
     this.#onFault = onFault;
-    this.#history = start ? start.history : [];
-    if (this.#history) {
-      this.#historyBytes = this.#history.reduce((n, e) => n + eventBytes(e).length, 0);
-      if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
-    }
+    this.#context = start?.history === null ? null : deps.agent.context(conversationId);
+    for (const event of start?.history ?? []) this.#context?.observe(event);
     this.#lastSeq = start?.lastSeq ?? 0;
     this.#nextEventId = start?.nextEventId ?? 0;
     this.#lastActivity = deps.clock().getTime();
@@ -77,20 +77,24 @@ export class SessionLog {
     return this.#sinceSnapshot >= this.#deps.snapshotEvery;
   }
 
-  /** Every stored event, oldest first; `mailboxed` orders the read with the session's appends. */
-  history(mailboxed: <T>(work: () => Promise<T>) => Promise<T>): Promise<readonly StoredEvent[]> {
-    if (this.#history) return Promise.resolve(this.#history);
+  /**
+   * The agent's context, up to date with every stored event. After a snapshot
+   * restore it is built on first use from the log, read once in pages;
+   * `mailboxed` orders that read with the session's appends.
+   */
+  agentContext(mailboxed: <T>(work: () => Promise<T>) => Promise<T>): Promise<AgentContext> {
+    if (this.#context) return Promise.resolve(this.#context);
     return mailboxed(async () => {
-      if (this.#history) return this.#history;
-      const { items } = await this.#deps.log.read(this.#conversationId);
-      const history = items.filter((i) => i.seq <= this.#lastSeq).map((i) => i.event);
-      const bytes = history.reduce((n, e) => n + eventBytes(e).length, 0);
-      // A long conversation's history is not kept: memory must not grow with the log.
-      if (bytes <= HISTORY_CACHE_BYTES) {
-        this.#history = history;
-        this.#historyBytes = bytes;
+      if (this.#context) return this.#context;
+      const context = this.#deps.agent.context(this.#conversationId);
+      for (let afterSeq = 0, more = true; more;) {
+        const page = await this.#deps.log.read(this.#conversationId, { afterSeq, limit: REBUILD_PAGE });
+        for (const { seq, event } of page.items) if (seq <= this.#lastSeq) context.observe(event);
+        afterSeq = page.items.at(-1)?.seq ?? afterSeq;
+        more = page.hasMore && page.items.length > 0 && afterSeq < this.#lastSeq;
       }
-      return history;
+      this.#context = context;
+      return context;
     });
   }
 
@@ -109,10 +113,8 @@ export class SessionLog {
       this.#nextEventId = event.id + 1;
       this.#sinceSnapshot += 1;
       this.#lastActivity = Date.parse(event.ts);
-      if (this.#history) {
-        this.#history.push(event);
-        this.#historyBytes += eventBytes(event).length;
-        if (this.#historyBytes > HISTORY_CACHE_BYTES) this.#history = null;
+      if (this.#context) {
+        this.#context.observe(event);
       }
       return result;
     } catch (err) {

@@ -17,6 +17,7 @@ import {
   type LlmUsage,
 } from '../../src/agent/index.ts';
 import { StoredEvent } from '../../src/protocol/index.ts';
+import { stepOver } from '../support/agentSteps.ts';
 import {
   failure,
   startFakeLlmServer,
@@ -85,17 +86,15 @@ async function stepWith(
   events: StoredEvent[] = history(created(), userSays('hi')),
 ): Promise<AgentAction> {
   server.enqueue(reply);
-  return agent().step({ conversationId: 'c1', history: events });
+  return stepOver(agent(), events);
 }
 
 async function failWith(options: Partial<LlmAgentOptions>, ...replies: FakeReply[]): Promise<unknown> {
   server.enqueue(...replies);
-  return agent(options)
-    .step({ conversationId: 'c1', history: history(created(), userSays('hi')) })
-    .then(
-      (action) => expect.fail(`expected a rejection, got ${JSON.stringify(action)}`),
-      (err: unknown) => err,
-    );
+  return stepOver(agent(options), history(created(), userSays('hi'))).then(
+    (action) => expect.fail(`expected a rejection, got ${JSON.stringify(action)}`),
+    (err: unknown) => err,
+  );
 }
 
 /** Runs a generated command the way a runtime would: bash, in the workspace. */
@@ -133,10 +132,7 @@ describe('llmAgent requests', () => {
 
   it('accepts a base URL with a trailing slash', async () => {
     server.enqueue(text('hello'));
-    await llmAgent({ baseUrl: `${server.baseUrl}/`, model: 'm', apiKey: KEY }).step({
-      conversationId: 'c1',
-      history: history(created()),
-    });
+    await stepOver(llmAgent({ baseUrl: `${server.baseUrl}/`, model: 'm', apiKey: KEY }), history(created()));
     expect(server.requests[0]?.url).toBe('/v1/chat/completions');
   });
 });
@@ -228,7 +224,7 @@ describe('llmAgent turns replies into actions', () => {
       onUsage: (u) => seen.push(u),
     });
     expect(llm.lastUsage).toBeNull();
-    await llm.step({ conversationId: 'c7', history: history(created()) });
+    await stepOver(llm, history(created()), { conversationId: 'c7' });
     const expected = {
       conversationId: 'c7',
       model: 'fake-model',
@@ -304,10 +300,10 @@ describe('llmAgent maps history to chat messages', () => {
   it('shortens a long output in the middle, keeping its start and its end', async () => {
     const long = `START${'x'.repeat(50_000)}END`;
     server.enqueue(text('ok'));
-    await agent({ maxOutputChars: 1_000 }).step({
-      conversationId: 'c1',
-      history: history(created(), userSays('go'), runs('agent', 'cat big'), output(2, 'cat big', long)),
-    });
+    await stepOver(
+      agent({ maxOutputChars: 1_000 }),
+      history(created(), userSays('go'), runs('agent', 'cat big'), output(2, 'cat big', long)),
+    );
     const tool = server.requests[0]?.body.messages.at(-1);
     expect(tool.content.startsWith('Exit code: 0\nOutput:\nSTART')).toBe(true);
     expect(tool.content.endsWith('END')).toBe(true);
@@ -355,17 +351,14 @@ describe('llmAgent errors', () => {
 
   it('retries server errors with backoff and returns the action of the first success', async () => {
     server.enqueue(failure(500), failure(503), toolCall('run_command', { command: 'ls' }));
-    const action = await agent({ maxRetries: 3 }).step({
-      conversationId: 'c1',
-      history: history(created(), userSays('hi')),
-    });
+    const action = await stepOver(agent({ maxRetries: 3 }), history(created(), userSays('hi')));
     expect(action).toEqual({ type: 'run', command: 'ls' });
     expect(server.requests).toHaveLength(3);
   });
 
   it('retries a dropped connection', async () => {
     server.enqueue({ drop: true }, text('back'));
-    expect(await agent().step({ conversationId: 'c1', history: history(created()) })).toEqual({
+    expect(await stepOver(agent(), history(created()))).toEqual({
       type: 'message',
       content: 'back',
     });
@@ -460,9 +453,7 @@ describe('llmAgent cancellation', () => {
     };
     server.enqueue(failure(500), text('too late'));
     const started = Date.now();
-    const step = agent({ retryBaseMs: 60_000, maxRetries: 3, fetch: fetchAndSignal }).step({
-      conversationId: 'c1',
-      history: history(created()),
+    const step = stepOver(agent({ retryBaseMs: 60_000, maxRetries: 3, fetch: fetchAndSignal }), history(created()), {
       signal: controller.signal,
     });
     await responded;
@@ -475,11 +466,7 @@ describe('llmAgent cancellation', () => {
   it('aborts a request in flight', async () => {
     const controller = new AbortController();
     server.enqueue({ hang: true });
-    const step = agent({ timeoutMs: 60_000 }).step({
-      conversationId: 'c1',
-      history: history(created()),
-      signal: controller.signal,
-    });
+    const step = stepOver(agent({ timeoutMs: 60_000 }), history(created()), { signal: controller.signal });
     await server.received(1);
     controller.abort();
     await expect(step).rejects.toMatchObject({ name: 'AbortError' });
@@ -487,9 +474,9 @@ describe('llmAgent cancellation', () => {
   });
 
   it('makes no request when the signal is already aborted', async () => {
-    await expect(
-      agent().step({ conversationId: 'c1', history: history(created()), signal: AbortSignal.abort() }),
-    ).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(stepOver(agent(), history(created()), { signal: AbortSignal.abort() })).rejects.toMatchObject({
+      name: 'AbortError',
+    });
     expect(server.requests).toHaveLength(0);
   });
 });

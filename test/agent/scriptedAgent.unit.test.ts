@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent, ScriptedAgent, type AgentAction } from '../../src/agent/index.ts';
 import { StoredEvent } from '../../src/protocol/index.ts';
+import { stepOver } from '../support/agentSteps.ts';
 
 type Draft = Pick<StoredEvent, 'source' | 'type' | 'data'> & { cause?: number };
 
@@ -47,7 +48,7 @@ const output = (data: Partial<Extract<StoredEvent, { type: 'command_output' }>['
 const running: Draft = { source: 'environment', type: 'agent_state_changed', data: { state: 'running' } };
 
 function step(...drafts: Draft[]): Promise<AgentAction> {
-  return scriptedAgent().step({ conversationId: 'c1', history: history(...drafts) });
+  return stepOver(scriptedAgent(), history(...drafts));
 }
 
 async function reply(...drafts: Draft[]): Promise<string> {
@@ -184,24 +185,24 @@ describe('ScriptedAgent', () => {
   it('gives the same action for the same history', async () => {
     const events = [userSays('hi'), agentSays('hello'), userSays('what now?')];
     const first = await step(...events);
-    expect(first).toEqual(await new ScriptedAgent().step({ conversationId: 'other', history: history(...events) }));
+    expect(first).toEqual(await stepOver(new ScriptedAgent(), history(...events), { conversationId: 'other' }));
     expect(first).toMatchObject({ type: 'message', content: expect.stringContaining('what now?') });
   });
 
   it('rejects when its signal is already aborted', async () => {
     const controller = new AbortController();
     controller.abort(new Error('stopped'));
-    const stepping = scriptedAgent().step({ conversationId: 'c1', history: [], signal: controller.signal });
+    const stepping = stepOver(scriptedAgent(), [], { signal: controller.signal });
     await expect(stepping).rejects.toThrow('stopped');
   });
 
   it('thinks for its delay before answering, and stops thinking when aborted', async () => {
     const agent = scriptedAgent({ delayMs: 200 });
     const started = Date.now();
-    await agent.step({ conversationId: 'c1', history: history(userSays('hi')) });
+    await stepOver(agent, history(userSays('hi')));
     expect(Date.now() - started).toBeGreaterThanOrEqual(190);
     const abort = new AbortController();
-    const step = agent.step({ conversationId: 'c1', history: history(userSays('hi')), signal: abort.signal });
+    const step = stepOver(agent, history(userSays('hi')), { signal: abort.signal });
     abort.abort();
     await expect(step).rejects.toThrow();
   });

@@ -66,11 +66,17 @@ export class Harness {
 
   constructor(options: HarnessOptions) {
     this.#options = options;
-    const inner = scriptedAgent();
+    const inner: Agent = scriptedAgent();
     this.#agent = {
-      step: async (input) => {
-        await this.gates.wait('agent', this.acceptedActs, input.signal);
-        return inner.step(input);
+      context: (conversationId) => {
+        const context = inner.context(conversationId);
+        return {
+          observe: (event) => context.observe(event),
+          step: async (input) => {
+            await this.gates.wait('agent', this.acceptedActs, input?.signal);
+            return context.step(input);
+          },
+        };
       },
     };
     this.runtimes = memoryRuntimeProvider(async (command, env) => {

@@ -31,10 +31,13 @@ async function until(check: () => boolean | Promise<boolean>): Promise<void> {
 function gatedAgent() {
   let release: () => void = () => {};
   const agent: Agent = {
-    step: () =>
-      new Promise((resolve) => {
-        release = () => resolve({ type: 'message', content: 'done' });
-      }),
+    context: () => ({
+      observe: () => {},
+      step: () =>
+        new Promise((resolve) => {
+          release = () => resolve({ type: 'message', content: 'done' });
+        }),
+    }),
   };
   return { agent, release: () => release() };
 }

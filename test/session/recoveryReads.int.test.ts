@@ -35,7 +35,7 @@ afterAll(async () => {
 });
 
 /** An agent whose step never answers: its conversation stays running until its process dies. */
-const hanging: Agent = { step: () => new Promise(() => {}) };
+const hanging: Agent = { context: () => ({ observe: () => {}, step: () => new Promise(() => {}) }) };
 
 function manager(log: Stores['log'], agentFor: (id: string) => Agent, newId?: () => string): SessionManager {
   return new SessionManager({

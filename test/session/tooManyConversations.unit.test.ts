@@ -7,8 +7,13 @@ import { memoryEventLog } from '../../src/store/index.ts';
 
 /** An agent that keeps thinking: a step ends only when its session stops it. */
 const thinkingAgent: Agent = {
-  step: ({ signal }) =>
-    new Promise<AgentAction>((_, reject) => signal?.addEventListener('abort', () => reject(new Error('aborted')))),
+  context: () => ({
+    observe: () => {},
+    step: (input) =>
+      new Promise<AgentAction>((_, reject) =>
+        input?.signal?.addEventListener('abort', () => reject(new Error('aborted'))),
+      ),
+  }),
 };
 
 async function until(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
