@@ -1,10 +1,5 @@
-export {
-  SessionManager,
-  DEFAULT_LIMITS,
-  type SessionManagerDeps,
-  type SessionLimits,
-  type ConnectPoint,
-} from './sessionManager.ts';
+export { SessionManager, DEFAULT_LIMITS, type SessionManagerDeps, type SessionLimits } from './sessionManager.ts';
+export type { ConnectPoint, ConversationPage } from './conversationReads.ts';
 export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts';
 export { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';
 export { Session, type SubmitResult, type RestoredState } from './session.ts';

@@ -3,16 +3,14 @@ import pLimit, { type LimitFunction } from 'p-limit';
 import { replayable, trajectoryActions, type Agent } from '../agent/index.ts';
 import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type {
-  AgentState,
   ConversationInfo,
-  ConversationSummary,
   CreateConversationBody,
   ListPosition,
   PassivationReason,
   UserAction,
 } from '../protocol/index.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
-import { agentStateOf, type SessionSnapshot } from '../../machines/index.ts';
+import { agentStateOf } from '../../machines/index.ts';
 import {
   memoryStatusChannel,
   type ConversationEntry,
@@ -23,6 +21,7 @@ import {
   type StatusChannel,
 } from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
+import { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
 import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { loadSessionState } from './loadSession.ts';
 import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
@@ -66,18 +65,6 @@ export interface SessionManagerDeps {
   commandTimeoutMs?: number;
 }
 
-/** Log reads at once when a list page asks each conversation's last sequence. */
-const LIST_CONCURRENCY = 16;
-
-/** Where a client's connection starts: the conversation's state as of its last stored event. */
-export interface ConnectPoint {
-  state: AgentState;
-  /** The stream sequence of the last stored event (0: none). */
-  throughSeq: number;
-  /** Its event id (-1: none): event ids follow each other, so a live event that skips one shows a gap. */
-  lastEventId: number;
-}
-
 /**
  * The actor host: creates sessions, brings them back from snapshot and log on
  * demand (a bounded number at a time, one load per conversation), sends idle
@@ -94,6 +81,7 @@ export class SessionManager {
   readonly #leaving = new Map<string, Promise<void>>();
   readonly #rehydrations: LimitFunction;
   readonly #policy: PassivationPolicy;
+  readonly #reads: ConversationReads;
   /** Secrets stay in memory only; they never reach the log. */
   readonly #secrets = new Map<string, Record<string, string>>();
 
@@ -103,6 +91,7 @@ export class SessionManager {
     this.#clock = deps.clock ?? (() => new Date());
     this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
     this.feed = new ConversationFeed(deps.log, deps.status ?? memoryStatusChannel(), this.#logger);
+    this.#reads = new ConversationReads(deps, (id) => this.#live.get(id));
     this.#rehydrations = pLimit(this.limits.rehydrateConcurrency);
     this.#policy = new PassivationPolicy(
       {
@@ -139,48 +128,18 @@ export class SessionManager {
     return { conversation_id: conversationId };
   }
 
-  /**
-   * One page of the user's conversations, newest first, from the user's index
-   * (no other user's entries are read, no session is loaded); `last_seq` is
-   * read from the log now, one direct get per item. `next` is where the next
-   * page starts, null at the end.
-   */
-  async list(
-    user: string,
-    page: { limit: number; after?: ListPosition },
-  ): Promise<{ items: ConversationSummary[]; next: ListPosition | null }> {
-    const { items, more } = await this.#deps.conversations.list(user, page);
-    const read = pLimit(LIST_CONCURRENCY);
-    const summaries = await Promise.all(
-      items.map((entry) =>
-        read(async () => ({ ...entry, last_seq: await this.#deps.log.lastSeq(entry.conversation_id) })),
-      ),
-    );
-    const last = items.at(-1);
-    return {
-      items: summaries,
-      next: more && last ? { created_at: last.created_at, conversation_id: last.conversation_id } : null,
-    };
+  /** One page of the user's conversations, newest first (see ConversationReads.list). */
+  list(user: string, page: { limit: number; after?: ListPosition }): Promise<ConversationPage> {
+    return this.#reads.list(user, page);
   }
 
-  /** A conversation as it stands. A read: nothing is stored and a conversation out of memory stays out. */
-  async info(conversationId: string, user: string): Promise<ConversationInfo> {
-    const { created_at } = await this.#owned(conversationId, user);
-    const { snapshot, throughSeq, live } = await this.#peek(conversationId);
-    return {
-      conversation_id: conversationId,
-      user,
-      created_at,
-      state: agentStateOf(snapshot),
-      runtime_status: snapshot.context.runtime,
-      in_memory: live,
-      last_seq: throughSeq,
-    };
+  /** A conversation as it stands; a read that wakes nothing. */
+  info(conversationId: string, user: string): Promise<ConversationInfo> {
+    return this.#reads.info(conversationId, user);
   }
 
-  async events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
-    await this.#owned(conversationId, user);
-    return this.#deps.log.read(conversationId, page);
+  events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
+    return this.#reads.events(conversationId, user, page);
   }
 
   /** The live session of an owned conversation, brought back from its log when needed. */
@@ -190,7 +149,7 @@ export class SessionManager {
       if (live.owner !== user) throw new ConversationNotFoundError(conversationId);
       return live;
     }
-    return this.#load(await this.#owned(conversationId, user));
+    return this.#load(await this.#reads.owned(conversationId, user));
   }
 
   /**
@@ -201,8 +160,8 @@ export class SessionManager {
    */
   async connect(conversationId: string, user: string): Promise<ConnectPoint> {
     const live = this.#live.get(conversationId);
-    if (!(live && !live.closed && live.owner === user)) await this.#owned(conversationId, user);
-    const { snapshot, throughSeq, lastEventId } = await this.#peek(conversationId);
+    if (!(live && !live.closed && live.owner === user)) await this.#reads.owned(conversationId, user);
+    const { snapshot, throughSeq, lastEventId } = await this.#reads.peek(conversationId);
     if (snapshot.context.runtimeLost !== null && snapshot.status === 'active')
       this.#reconnectRuntime(conversationId, user);
     return { state: agentStateOf(snapshot), throughSeq, lastEventId };
@@ -248,7 +207,7 @@ export class SessionManager {
    * and record. The workspace stays.
    */
   async delete(conversationId: string, user: string): Promise<void> {
-    await this.#owned(conversationId, user);
+    await this.#reads.owned(conversationId, user);
     // A load or a passivation under way finishes first: one session writes the end.
     await this.#loading.get(conversationId)?.catch(() => undefined);
     await this.#leaving.get(conversationId);
@@ -322,30 +281,6 @@ export class SessionManager {
     // No events, or it ended already (a delete that stopped before its purge).
     if (!loaded || loaded.state.snapshot.status !== 'active') return;
     await Session.endStored(id, this.#sessionDeps(id), loaded.state, 'deleted');
-  }
-
-  async #owned(conversationId: string, user: string): Promise<ConversationEntry> {
-    const entry = await this.#deps.conversations.get(user, conversationId);
-    if (!entry) throw new ConversationNotFoundError(conversationId);
-    return entry;
-  }
-
-  /**
-   * The state of a conversation as its log has it, without waking it: the live
-   * session's, or a pure fold of its snapshot and the events after it (no
-   * effect runs, nothing is stored, nothing stays in memory).
-   */
-  async #peek(
-    id: string,
-  ): Promise<{ snapshot: SessionSnapshot; throughSeq: number; lastEventId: number; live: boolean }> {
-    const live = this.#live.get(id);
-    if (live && !live.closed && live.snapshot) {
-      return { snapshot: live.snapshot, throughSeq: live.lastSeq, lastEventId: live.lastEventId, live: true };
-    }
-    const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
-    if (!loaded) throw new ConversationNotFoundError(id);
-    const { snapshot, lastSeq, nextEventId } = loaded.state;
-    return { snapshot, throughSeq: lastSeq, lastEventId: nextEventId - 1, live: false };
   }
 
   #reconnectRuntime(conversationId: string, user: string): void {

@@ -1,0 +1,116 @@
+import pLimit from 'p-limit';
+import { agentStateOf, type SessionSnapshot } from '../../machines/index.ts';
+import type { AgentState, ConversationInfo, ConversationSummary, ListPosition } from '../protocol/index.ts';
+import type { ConversationEntry, ConversationStore, EventLog, ReadPage, SnapshotStore } from '../store/index.ts';
+import { ConversationNotFoundError } from './errors.ts';
+import { loadSessionState } from './loadSession.ts';
+import type { Session } from './session.ts';
+
+/** Log reads at once when a list page asks each conversation's last sequence. */
+const LIST_CONCURRENCY = 16;
+
+/** Where a client's connection starts: the conversation's state as of its last stored event. */
+export interface ConnectPoint {
+  state: AgentState;
+  /** The stream sequence of the last stored event (0: none). */
+  throughSeq: number;
+  /** Its event id (-1: none): event ids follow each other, so a live event that skips one shows a gap. */
+  lastEventId: number;
+}
+
+/** One page of a user's conversations; `next` is where the next page starts, null at the end. */
+export interface ConversationPage {
+  items: ConversationSummary[];
+  next: ListPosition | null;
+}
+
+/** A conversation's state as its log has it, read without waking it. */
+export interface Peek {
+  snapshot: SessionSnapshot;
+  throughSeq: number;
+  lastEventId: number;
+  /** Whether it came from a session in this process's memory. */
+  live: boolean;
+}
+
+/**
+ * The read side of the actor host: the list, a conversation's info, its
+ * events. Reads never wake a conversation: they use the session in memory
+ * when there is one, and otherwise the index and a pure fold of the
+ * snapshot and the log, storing nothing and loading nothing.
+ */
+export class ConversationReads {
+  readonly #deps: { log: EventLog; conversations: ConversationStore; snapshots: SnapshotStore };
+  readonly #live: (conversationId: string) => Session | undefined;
+
+  constructor(
+    deps: { log: EventLog; conversations: ConversationStore; snapshots: SnapshotStore },
+    live: (conversationId: string) => Session | undefined,
+  ) {
+    this.#deps = deps;
+    this.#live = live;
+  }
+
+  /**
+   * One page of the user's conversations, newest first, from the user's index
+   * (no other user's entries are read, no session is loaded); `last_seq` is
+   * read from the log now, one direct get per item.
+   */
+  async list(user: string, page: { limit: number; after?: ListPosition }): Promise<ConversationPage> {
+    const { items, more } = await this.#deps.conversations.list(user, page);
+    const read = pLimit(LIST_CONCURRENCY);
+    const summaries = await Promise.all(
+      items.map((entry) =>
+        read(async () => ({ ...entry, last_seq: await this.#deps.log.lastSeq(entry.conversation_id) })),
+      ),
+    );
+    const last = items.at(-1);
+    return {
+      items: summaries,
+      next: more && last ? { created_at: last.created_at, conversation_id: last.conversation_id } : null,
+    };
+  }
+
+  /** A conversation as it stands. */
+  async info(conversationId: string, user: string): Promise<ConversationInfo> {
+    const { created_at } = await this.owned(conversationId, user);
+    const { snapshot, throughSeq, live } = await this.peek(conversationId);
+    return {
+      conversation_id: conversationId,
+      user,
+      created_at,
+      state: agentStateOf(snapshot),
+      runtime_status: snapshot.context.runtime,
+      in_memory: live,
+      last_seq: throughSeq,
+    };
+  }
+
+  async events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
+    await this.owned(conversationId, user);
+    return this.#deps.log.read(conversationId, page);
+  }
+
+  /** The user's index entry of the conversation; another user's is as unknown as a missing one. */
+  async owned(conversationId: string, user: string): Promise<ConversationEntry> {
+    const entry = await this.#deps.conversations.get(user, conversationId);
+    if (!entry) throw new ConversationNotFoundError(conversationId);
+    return entry;
+  }
+
+  /**
+   * The state of a conversation as its log has it: the live session's, or a
+   * pure fold of its snapshot and the events after it (no effect runs,
+   * nothing is stored, nothing stays in memory).
+   */
+  async peek(conversationId: string): Promise<Peek> {
+    const live = this.#live(conversationId);
+    if (live && !live.closed && live.snapshot) {
+      return { snapshot: live.snapshot, throughSeq: live.lastSeq, lastEventId: live.lastEventId, live: true };
+    }
+    const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, conversationId);
+    if (!loaded) throw new ConversationNotFoundError(conversationId);
+    const { snapshot, lastSeq, nextEventId } = loaded.state;
+    return { snapshot, throughSeq: lastSeq, lastEventId: nextEventId - 1, live: false };
+  }
+}
