@@ -13,11 +13,19 @@ export interface FeedListener {
  * A node's one live feed: it follows the whole event log once (one consumer,
  * whoever wrote the events, on this node or another) and the status channel
  * once, and fans both out in process to the listeners of each conversation.
+ * Events this node appends reach its listeners as soon as JetStream
+ * acknowledges them; their copies from the follow are then skipped by seq.
  * Keyed by conversation id, not by session, so listeners need no session in
  * memory and stay when one leaves and comes back.
  */
+/** One conversation's listeners on this node, and the last event handed to them. */
+interface Room {
+  listeners: Set<FeedListener>;
+  lastSeq: number;
+}
+
 export class ConversationFeed {
-  readonly #rooms = new Map<string, Set<FeedListener>>();
+  readonly #rooms = new Map<string, Room>();
   readonly #status: StatusChannel;
   readonly #logger: Logger;
   readonly #follower: LogFollower;
@@ -27,8 +35,8 @@ export class ConversationFeed {
     this.#status = status;
     this.#logger = logger;
     this.#follower = log.follow({
-      wants: (conversationId) => this.#rooms.has(conversationId),
-      event: (conversationId, logged) => this.#each(conversationId, (listener) => listener.event(logged)),
+      wants: (conversationId, seq) => (this.#rooms.get(conversationId)?.lastSeq ?? Infinity) < seq,
+      event: (conversationId, logged) => this.#event(conversationId, logged),
       error: (err) => logger.warn('the live feed failed; it starts again where it stopped', errorFields(err)),
     });
     this.#unsubscribeStatus = status.subscribe((conversationId, frame) =>
@@ -44,18 +52,28 @@ export class ConversationFeed {
   async subscribe(conversationId: string, listener: FeedListener): Promise<() => void> {
     await this.#follower.ready;
     let room = this.#rooms.get(conversationId);
-    if (!room) this.#rooms.set(conversationId, (room = new Set()));
-    const listeners = room;
-    listeners.add(listener);
+    if (!room) this.#rooms.set(conversationId, (room = { listeners: new Set(), lastSeq: 0 }));
+    const joined = room;
+    joined.listeners.add(listener);
     return () => {
-      listeners.delete(listener);
-      if (listeners.size === 0 && this.#rooms.get(conversationId) === listeners) this.#rooms.delete(conversationId);
+      joined.listeners.delete(listener);
+      if (joined.listeners.size === 0 && this.#rooms.get(conversationId) === joined) this.#rooms.delete(conversationId);
     };
+  }
+
+  /**
+   * An event this node appended, once JetStream acknowledged it: its listeners
+   * get it now, and the same event coming back through the follow is skipped
+   * unparsed. (Events of other writers come only through the follow; a
+   * listener that sees an event id skip fills the gap from the log.)
+   */
+  delivered(conversationId: string, logged: LoggedEvent): void {
+    if ((this.#rooms.get(conversationId)?.lastSeq ?? Infinity) < logged.seq) this.#event(conversationId, logged);
   }
 
   /** This node's listeners of a conversation. */
   count(conversationId: string): number {
-    return this.#rooms.get(conversationId)?.size ?? 0;
+    return this.#rooms.get(conversationId)?.listeners.size ?? 0;
   }
 
   /** Sends a status frame to every node's listeners of the conversation (this one's included). */
@@ -68,8 +86,15 @@ export class ConversationFeed {
     await this.#follower.stop();
   }
 
+  #event(conversationId: string, logged: LoggedEvent): void {
+    const room = this.#rooms.get(conversationId);
+    if (!room || logged.seq <= room.lastSeq) return;
+    room.lastSeq = logged.seq;
+    this.#each(conversationId, (listener) => listener.event(logged));
+  }
+
   #each(conversationId: string, deliver: (listener: FeedListener) => void): void {
-    for (const listener of this.#rooms.get(conversationId) ?? []) {
+    for (const listener of this.#rooms.get(conversationId)?.listeners ?? []) {
       try {
         deliver(listener);
       } catch (err) {

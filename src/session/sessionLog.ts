@@ -4,6 +4,7 @@ import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../protocol/index.ts';
 import { EVENT_VERSION } from '../protocol/index.ts';
 import { VersionConflictError, type EventLog, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
+import type { ConversationFeed } from './conversationFeed.ts';
 import { SessionClosedError } from './errors.ts';
 
 /** Events per read when the agent's context is rebuilt from the log: the memory it takes is one page. */
@@ -16,6 +17,7 @@ export interface SubmitResult {
 
 export interface SessionLogDeps {
   log: EventLog;
+  feed: ConversationFeed;
   agent: Agent;
   snapshots: SnapshotStore;
   snapshotEvery: number;
@@ -116,6 +118,8 @@ export class SessionLog {
       if (this.#context) {
         this.#context.observe(event);
       }
+      // This node's clients need not wait for the event to come back through the log.
+      this.#deps.feed.delivered(this.#conversationId, { seq: result.seq, event });
       return result;
     } catch (err) {
       const reason = err instanceof VersionConflictError ? 'another writer appended to it' : 'the event log failed';

@@ -32,8 +32,8 @@ export interface ReadPage {
 
 /** What a follower of the whole log is told. */
 export interface FollowHandlers {
-  /** Whether the follower wants a conversation's events now; the others are skipped without being parsed. */
-  wants(conversationId: string): boolean;
+  /** Whether the follower wants this event of a conversation; the others are skipped without being parsed. */
+  wants(conversationId: string, seq: number): boolean;
   /** An event appended after the follow started: each once, in the log's order. */
   event(conversationId: string, logged: LoggedEvent): void;
   /** The follow failed and starts again where it stopped (nothing is skipped). */

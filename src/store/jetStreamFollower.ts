@@ -85,7 +85,7 @@ export class JetStreamFollower implements LogFollower {
         for await (const m of messages) {
           this.#next = m.seq + 1;
           const conversationId = m.subject.slice(idFrom, m.subject.length - '.events'.length);
-          if (!this.#handlers.wants(conversationId)) continue;
+          if (!this.#handlers.wants(conversationId, m.seq)) continue;
           // A copy: the message's bytes are a view of the connection's read buffer.
           this.#handlers.event(conversationId, { seq: m.seq, event: parseStoredEvent(m.data.slice()) });
         }

@@ -66,7 +66,7 @@ export class MemoryEventLog implements EventLog {
     if (key !== undefined) this.#seen.set(key, { seq, at: now });
     const message = log[log.length - 1]!;
     for (const follower of this.#followers)
-      if (follower.wants(conversationId)) follower.event(conversationId, toLoggedEvent(message));
+      if (follower.wants(conversationId, seq)) follower.event(conversationId, toLoggedEvent(message));
     return { seq, duplicate: false };
   }
 
