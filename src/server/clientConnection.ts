@@ -72,6 +72,8 @@ export class ClientConnection implements FeedListener {
   #buffer: LoggedEvent[] | null = [];
   #unsubscribe: (() => void) | null = null;
   #stopped = false;
+  /** A resync asked for while history was being sent: it runs once that is done. */
+  #resyncAfter = false;
   #actions: Promise<unknown> = Promise.resolve();
 
   constructor(ws: WebSocket, options: WsGatewayOptions) {
@@ -134,6 +136,17 @@ export class ClientConnection implements FeedListener {
     else this.#live(logged);
   }
 
+  /** The feed may have missed events (its follow started only now): the log gives what came after the cursor. */
+  resync(): void {
+    if (this.#stopped) return;
+    if (this.#buffer) {
+      this.#resyncAfter = true;
+      return;
+    }
+    this.#buffer = [];
+    void this.#fillGap();
+  }
+
   /**
    * A live event: sent when it is the next one. One that skips an event id
    * means the feed missed some (it fell behind, or started again past them):
@@ -167,6 +180,10 @@ export class ClientConnection implements FeedListener {
     const buffered = this.#buffer ?? [];
     this.#buffer = null;
     for (const logged of buffered) this.event(logged);
+    if (this.#resyncAfter && !this.#buffer) {
+      this.#resyncAfter = false;
+      this.resync();
+    }
   }
 
   /**

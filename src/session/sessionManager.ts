@@ -90,7 +90,10 @@ export class SessionManager {
     this.limits = { ...DEFAULT_LIMITS, ...deps.limits };
     this.#clock = deps.clock ?? (() => new Date());
     this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
-    this.feed = new ConversationFeed(deps.log, deps.status ?? memoryStatusChannel(), this.#logger);
+    this.feed = new ConversationFeed(deps.log, deps.status ?? memoryStatusChannel(), this.#logger, (id) => {
+      const live = this.#live.get(id);
+      return live !== undefined && !live.closed;
+    });
     this.#reads = new ConversationReads(deps, (id) => this.#live.get(id));
     this.#rehydrations = pLimit(this.limits.rehydrateConcurrency);
     this.#policy = new PassivationPolicy(
@@ -122,6 +125,7 @@ export class SessionManager {
       start_timeout_ms: this.limits.startTimeoutMs,
     });
     this.#live.set(conversationId, session);
+    this.feed.refresh(conversationId);
     if (body.initial_message !== undefined) {
       await session.act({ type: 'message', content: body.initial_message });
     }
@@ -194,6 +198,7 @@ export class SessionManager {
         .finally(() => {
           this.#leaving.delete(conversationId);
           if (this.#live.get(conversationId) === session) this.#live.delete(conversationId);
+          this.feed.refresh(conversationId);
         });
       this.#leaving.set(conversationId, leaving);
       this.#logger.info('session passivated', { conversation_id: conversationId, reason });
@@ -219,6 +224,7 @@ export class SessionManager {
       }),
     );
     this.#live.delete(conversationId);
+    this.feed.refresh(conversationId);
     await session?.close('deleted');
     await this.#deps.log.purge(conversationId);
     await this.#deps.snapshots.delete(conversationId);
@@ -315,6 +321,7 @@ export class SessionManager {
     if (!loaded || loaded.state.snapshot.status !== 'active') throw new ConversationNotFoundError(id);
     const session = await Session.restore(id, this.#sessionDeps(id, entry), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
+    this.feed.refresh(id);
     this.#logger.info('session rehydrated', {
       conversation_id: id,
       from: loaded.from,
@@ -343,6 +350,7 @@ export class SessionManager {
       onClosed: (session) => {
         if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId))
           this.#live.delete(conversationId);
+        this.feed.refresh(conversationId);
       },
     };
   }

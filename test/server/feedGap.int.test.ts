@@ -6,10 +6,9 @@ import { memoryStores, type EventLog } from '../../src/store/index.ts';
 import { createTether, type Tether } from '../../src/tether.ts';
 import { WsClient } from '../support/wsClient.ts';
 
-let tether: Tether | undefined;
+const tethers: Tether[] = [];
 afterEach(async () => {
-  await tether?.close();
-  tether = undefined;
+  await Promise.all(tethers.splice(0).map((t) => t.close()));
 });
 
 /** A log whose live feed loses the events `drop` picks, as a feed that fell behind or restarted past them would. */
@@ -36,7 +35,8 @@ function lossyFeed(log: EventLog, drop: (logged: LoggedEvent) => boolean): { log
 }
 
 describe('the live feed misses events', () => {
-  it('a client still gets every event once and in order: the next event after a gap makes its connection read the gap from the log', async () => {
+  it('a client of another node still gets every event once and in order: the next event after a gap makes its connection read the gap from the log', async () => {
+    // Two Tethers on the same stores: A runs the session, B's client gets A's events through B's follow of the log.
     const stores = memoryStores();
     // The agent's messages and its `running` states are lost on the way to the clients; the
     // `awaiting_user_input` that ends each answer gets through (a gap shows only when a later event comes).
@@ -46,22 +46,16 @@ describe('the live feed misses events', () => {
         (event.type === 'message' && event.source === 'agent') ||
         (event.type === 'agent_state_changed' && event.data.state === 'running'),
     );
-    tether = createTether({
-      stores: { ...stores, log },
-      runtimes: memoryRuntimeProvider(),
-      agent: scriptedAgent(),
-      newId: () => 'conv1',
-    });
-    const { port } = await tether.listen(0, '127.0.0.1');
-    await tether.manager.create('local', {
-      confirmation_mode: false,
-      max_iterations: 100,
-      secrets: {},
-    });
+    const a = createTether({ stores, runtimes: memoryRuntimeProvider(), agent: scriptedAgent(), newId: () => 'conv1' });
+    const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
+    tethers.push(a, b);
+    const { port } = await b.listen(0, '127.0.0.1');
+    await a.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
     const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
+    await ws.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
     for (const content of ['one', 'two', 'three', 'four']) {
       const from = ws.frames.length;
-      ws.sendMessage(content);
+      await a.manager.act('conv1', 'local', { type: 'message', content });
       await ws.waitFor(
         (f) =>
           f.type === 'event' &&
@@ -74,6 +68,7 @@ describe('the live feed misses events', () => {
     const stored = (await stores.log.read('conv1')).items;
     await ws.waitUntil(() => ws.lastSeq() >= stored.at(-1)!.seq, { what: 'every event' });
     expect(dropped.length).toBeGreaterThanOrEqual(8);
+    expect(b.manager.isLive('conv1')).toBe(false);
     expect(ws.events().map((f) => ({ seq: f.seq, event: f.event }))).toEqual(stored);
     expect(ws.invalid).toEqual([]);
   });
