@@ -61,7 +61,12 @@ export class ConversationReads {
     const read = pLimit(LIST_CONCURRENCY);
     const summaries = await Promise.all(
       items.map((entry) =>
-        read(async () => ({ ...entry, last_seq: await this.#deps.log.lastSeq(entry.conversation_id) })),
+        read(async () => ({
+          ...entry,
+          // This process knows what it holds; the entry's flag may be left over from a process that died.
+          in_memory: this.#isLive(entry.conversation_id),
+          last_seq: await this.#deps.log.lastSeq(entry.conversation_id),
+        })),
       ),
     );
     const last = items.at(-1);
@@ -89,6 +94,11 @@ export class ConversationReads {
   async events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
     await this.owned(conversationId, user);
     return this.#deps.log.read(conversationId, page);
+  }
+
+  #isLive(conversationId: string): boolean {
+    const live = this.#live(conversationId);
+    return live !== undefined && !live.closed;
   }
 
   /** The user's index entry of the conversation; another user's is as unknown as a missing one. */
