@@ -1,5 +1,5 @@
 import type { ConsumerMessages, JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/transport-node';
+import type { NatsConnection, Status } from '@nats-io/transport-node';
 import { parseStoredEvent } from '../protocol/index.ts';
 import type { FollowHandlers, LogFollower } from './eventLog.ts';
 
@@ -36,6 +36,7 @@ export class JetStreamFollower implements LogFollower {
   #stopped = false;
   #wake: (() => void) | undefined;
   #restartNow = false;
+  readonly #statuses: AsyncIterable<Status>;
   readonly #done: Promise<void>;
 
   constructor(options: JetStreamFollowerOptions, handlers: FollowHandlers) {
@@ -44,19 +45,23 @@ export class JetStreamFollower implements LogFollower {
     let started!: () => void;
     this.ready = new Promise((resolve) => (started = resolve));
     this.#done = this.#run(started);
-    void this.#restartOnReconnect();
+    this.#statuses = options.nc.status();
+    void this.#restartOnReconnect(this.#statuses);
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    // Without this the connection keeps the iterator as a status listener until its next status event,
+    // and a follow that starts and stops as sessions come and go would leave one behind each time.
+    (this.#statuses as AsyncIterable<unknown> & { stop?: () => void }).stop?.();
     this.#messages?.stop();
     this.#wake?.();
     await this.#done;
   }
 
-  async #restartOnReconnect(): Promise<void> {
+  async #restartOnReconnect(statuses: AsyncIterable<Status>): Promise<void> {
     try {
-      for await (const status of this.#options.nc.status()) {
+      for await (const status of statuses) {
         if (this.#stopped) return;
         if (status.type !== 'reconnect') continue;
         this.#restartNow = true;
