@@ -74,6 +74,8 @@ export class ClientConnection implements FeedListener {
   #stopped = false;
   /** A resync asked for while history was being sent: it runs once that is done. */
   #resyncAfter = false;
+  /** Status frames that came before `sync` (which is the first frame a client gets); null once it is sent. */
+  #heldStatus: StatusFrame[] | null = [];
   #actions: Promise<unknown> = Promise.resolve();
 
   constructor(ws: WebSocket, options: WsGatewayOptions) {
@@ -98,6 +100,9 @@ export class ClientConnection implements FeedListener {
     if (this.#stopped) return unsubscribe();
     this.#unsubscribe = unsubscribe;
     send(ws, { type: 'sync', conversation_id: conversationId, through_seq: at.throughSeq, state: at.state });
+    const held = this.#heldStatus ?? [];
+    this.#heldStatus = null;
+    for (const frame of held) send(ws, frame);
     if (!(await this.#sendHistory(at.throughSeq))) return;
     // Caught up to the high-water mark: the client has the event at it.
     if (this.#cursor >= at.throughSeq) this.#lastEventId = Math.max(this.#lastEventId, at.lastEventId);
@@ -215,7 +220,8 @@ export class ClientConnection implements FeedListener {
   }
 
   status(frame: StatusFrame): void {
-    send(this.#ws, frame);
+    if (this.#heldStatus) this.#heldStatus.push(frame);
+    else send(this.#ws, frame);
   }
 
   #send(logged: LoggedEvent): void {

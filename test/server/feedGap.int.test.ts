@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
-import type { LoggedEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent, StatusFrame } from '../../src/protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { memoryStores, type EventLog } from '../../src/store/index.ts';
 import { createTether, type Tether } from '../../src/tether.ts';
@@ -70,6 +70,35 @@ describe('the live feed misses events', () => {
     expect(dropped.length).toBeGreaterThanOrEqual(8);
     expect(b.manager.isLive('conv1')).toBe(false);
     expect(ws.events().map((f) => ({ seq: f.seq, event: f.event }))).toEqual(stored);
+    expect(ws.invalid).toEqual([]);
+  });
+});
+
+describe('a status frame while a client joins', () => {
+  it('reaches the client after `sync`, which stays its first frame', async () => {
+    // B's client joins a conversation A runs, so B starts its follow of the log; a
+    // status frame published meanwhile (as one over NATS can be) must wait for `sync`.
+    const stores = memoryStores();
+    const status: StatusFrame = { type: 'status', level: 'info', id: 'STATUS$TEST_WHILE_JOINING', message: 'joining' };
+    const log: EventLog = {
+      append: (event, options) => stores.log.append(event, options),
+      read: (id, options) => stores.log.read(id, options),
+      lastSeq: (id) => stores.log.lastSeq(id),
+      last: (id) => stores.log.last(id),
+      purge: (id) => stores.log.purge(id),
+      follow: (handlers) => {
+        stores.status.publish('conv1', status);
+        return stores.log.follow(handlers);
+      },
+    };
+    const a = createTether({ stores, runtimes: memoryRuntimeProvider(), agent: scriptedAgent(), newId: () => 'conv1' });
+    const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
+    tethers.push(a, b);
+    const { port } = await b.listen(0, '127.0.0.1');
+    await a.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
+    await ws.waitFor((f) => f.type === 'status' && f.id === status.id, { what: 'the status frame' });
+    expect(ws.frames.map((f) => f.type).slice(0, 2)).toEqual(['sync', 'status']);
     expect(ws.invalid).toEqual([]);
   });
 });
