@@ -1,4 +1,4 @@
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
 import type { SessionLimits } from './session/index.ts';
@@ -13,6 +13,12 @@ export const ConfigSchema = z.object({
   TETHER_PORT: port.default(3000),
   TETHER_DATA_DIR: z.string().min(1).default('./.tether'),
   NATS_URL: z.string().min(1).optional(),
+  TETHER_NODE_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]{1,64}$/, 'use 1-64 letters, digits, dots, dashes or underscores')
+    .optional(),
+  TETHER_LEASE_MS: z.coerce.number().int().min(200).default(5_000),
+  TETHER_WORKSPACES_DIR: z.string().min(1).optional(),
   NATS_SERVER_BIN: z.string().min(1).optional(),
   TETHER_MAX_FRAME_BYTES: positiveInt.default(DEFAULT_MAX_FRAME_BYTES),
   TETHER_MAX_BODY_BYTES: positiveInt.default(DEFAULT_MAX_BODY_BYTES),
@@ -47,6 +53,10 @@ export interface Config {
   port: number;
   dataDir: string;
   natsUrl: string | undefined;
+  /** This node's name in the cluster; undefined: the one kept in the data dir, generated the first time. */
+  nodeId: string | undefined;
+  leaseMs: number;
+  workspacesDir: string;
   /** The embedded nats-server's binary; undefined: found on PATH or in the usual places. */
   natsServerBin: string | undefined;
   maxFrameBytes: number;
@@ -94,6 +104,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     port: c.TETHER_PORT,
     dataDir: resolve(c.TETHER_DATA_DIR),
     natsUrl: c.NATS_URL,
+    nodeId: c.TETHER_NODE_ID,
+    leaseMs: c.TETHER_LEASE_MS,
+    workspacesDir: resolve(c.TETHER_WORKSPACES_DIR ?? join(c.TETHER_DATA_DIR, 'workspaces')),
     natsServerBin: c.NATS_SERVER_BIN,
     maxFrameBytes: c.TETHER_MAX_FRAME_BYTES,
     maxBodyBytes: c.TETHER_MAX_BODY_BYTES,

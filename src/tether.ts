@@ -3,8 +3,8 @@ import type { Agent } from './agent/index.ts';
 import { silentLogger, type Logger } from './logger.ts';
 import type { RuntimeProvider } from './runtime/index.ts';
 import { tetherServer, type TetherServer, type TetherServerOptions } from './server/index.ts';
-import { SessionManager, type SessionLimits } from './session/index.ts';
-import type { Stores } from './store/index.ts';
+import { ClusterOwnership, SessionManager, type SessionLimits } from './session/index.ts';
+import type { ClusterBus, ClusterStore, Stores } from './store/index.ts';
 
 /** Largest WebSocket frame accepted by default (TETHER_MAX_FRAME_BYTES). */
 export const DEFAULT_MAX_FRAME_BYTES = 1_048_576;
@@ -23,8 +23,18 @@ export interface TetherOptions {
   clock?: () => Date;
   newId?: () => string;
   commandTimeoutMs?: number;
+  /** Run as one node of a cluster: ownership by heartbeat and owner records, actions forwarded to owners. */
+  cluster?: ClusterOptions;
   /** HTTP and WebSocket settings; each has the documented default. */
   server?: Partial<Omit<TetherServerOptions, 'manager' | 'logger'>>;
+}
+
+export interface ClusterOptions {
+  nodeId: string;
+  /** A node's heartbeat ages out this long after its last renewal (TETHER_LEASE_MS). */
+  leaseMs: number;
+  store: ClusterStore;
+  bus: ClusterBus;
 }
 
 /** A built Tether: its session host and its HTTP + WebSocket server, not yet listening. */
@@ -33,6 +43,8 @@ export interface Tether {
   readonly server: TetherServer;
   /** Listens (0: any free port); a server handed in already listening keeps its port. */
   listen(port: number, host: string): Promise<AddressInfo>;
+  /** Joins the cluster, when there is one (a first heartbeat, then forwarded actions are answered). */
+  start(): Promise<void>;
   /** Stops in order: server (clients closed with 1001), then sessions (passivated, runtimes stopped). */
   close(): Promise<void>;
 }
@@ -54,6 +66,10 @@ export function createTether(options: TetherOptions): Tether {
     clock: options.clock,
     newId: options.newId,
     commandTimeoutMs: options.commandTimeoutMs,
+    ...(options.cluster && {
+      ownership: new ClusterOwnership({ ...options.cluster, logger }),
+      bus: options.cluster.bus,
+    }),
   });
   const server = tetherServer({
     maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
@@ -66,7 +82,14 @@ export function createTether(options: TetherOptions): Tether {
     manager,
     server,
     listen: (port, host) => server.listen(port, host),
+    start: () => manager.start(),
     close: async () => {
+      if (options.cluster) {
+        // A drain: sessions leave and give up their ownership first, then clients are told to go elsewhere.
+        await manager.shutdown();
+        await server.close();
+        return;
+      }
       await server.close();
       await manager.shutdown();
     },

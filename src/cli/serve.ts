@@ -1,3 +1,5 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -7,7 +9,15 @@ import { loadConfig, type Config } from '../config.ts';
 import { errorFields, jsonLogger, type Logger } from '../logger.ts';
 import { localRuntimeProvider } from '../runtime/index.ts';
 import { authenticator, startingServer } from '../server/index.ts';
-import { connectNats, jetStreamStores, natsAnswers, watchConnection, type NatsConnection } from '../store/index.ts';
+import {
+  connectNats,
+  jetStreamStores,
+  kvClusterStore,
+  natsAnswers,
+  natsClusterBus,
+  watchConnection,
+  type NatsConnection,
+} from '../store/index.ts';
 import { createTether, type Tether } from '../tether.ts';
 import { serveNats, type ServeNats } from './serveNats.ts';
 
@@ -47,13 +57,21 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
       natsReady = connected;
     });
+    const nodeId = config.nodeId ?? (await keptNodeId(config.dataDir));
     tether = createTether({
       stores: await jetStreamStores(nc),
       runtimes: localRuntimeProvider({
-        workspaceRoot: join(config.dataDir, 'workspaces'),
+        workspaceRoot: config.workspacesDir,
         commandTimeoutMs: config.commandTimeoutMs,
         outputCapBytes: config.outputCapBytes,
       }),
+      // Every node on one NATS is one cluster: ownership by heartbeat and owner records.
+      cluster: {
+        nodeId,
+        leaseMs: config.leaseMs,
+        store: await kvClusterStore(nc, { leaseMs: config.leaseMs }),
+        bus: natsClusterBus(nc),
+      },
       agent: agentOf(config, logger),
       logger,
       limits: config.limits,
@@ -68,6 +86,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         ready: async () => natsReady && (await natsAnswers(connection)),
       },
     });
+    await tether.start();
+    logger.info('node joined', { node_id: nodeId, lease_ms: config.leaseMs });
   } catch (err) {
     closing = true;
     for (const step of undo) await step().catch(() => undefined);
@@ -118,6 +138,21 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     });
     process.on('unhandledRejection', (err) => logger.error('unhandled rejection', errorFields(err)));
   });
+}
+
+/**
+ * The node id kept in the data dir, generated the first time: a node that
+ * restarts is the same node, so it takes back what it owned at once instead
+ * of waiting for its old heartbeat to age out.
+ */
+async function keptNodeId(dataDir: string): Promise<string> {
+  const file = join(dataDir, 'node-id');
+  const kept = (await readFile(file, 'utf8').catch(() => '')).trim();
+  if (/^[A-Za-z0-9_.-]{1,64}$/.test(kept)) return kept;
+  const id = `node-${randomBytes(4).toString('hex')}`;
+  await mkdir(dataDir, { recursive: true });
+  await writeFile(file, `${id}\n`);
+  return id;
 }
 
 function agentOf(config: Config, logger: Logger) {

@@ -13,6 +13,12 @@ const STATUS_BY_CODE: Record<string, number> = {
   SESSION_CLOSED: 503,
   STORE_UNAVAILABLE: 503,
   VERSION_CONFLICT: 409,
+  // Cluster: the owner is moving or gone; a retry finds the new one.
+  NODE_DRAINING: 503,
+  NODE_LEASE_LAPSED: 503,
+  NODE_UNREACHABLE: 503,
+  NOT_OWNER: 503,
+  OWNER_CONTENDED: 503,
 };
 
 /** What a user is told about an error: our own errors keep their code; anything else is internal. */

@@ -27,6 +27,8 @@ export interface EffectDeps {
   /** Given to the runtime's environment; never stored. */
   secrets: Record<string, string>;
   commandTimeoutMs?: number;
+  /** False once this node may no longer act as the conversation's owner (its lease lapsed): no effect starts. */
+  leaseValid?: () => boolean;
 }
 
 /** The part of a session that effects talk back to: every result goes to the decider. */
@@ -88,6 +90,9 @@ export class EffectRunner {
 
   #dispatch(effect: Exclude<Effect, { type: 'wake_at' }>): Promise<unknown> {
     const { cause } = effect;
+    // Fenced: a node whose lease may have lapsed starts nothing (another node may own the conversation now).
+    if (this.#deps.leaseValid?.() === false)
+      throw new SessionClosedError(this.#host.conversationId, 'the lease lapsed');
     switch (effect.type) {
       case 'start_runtime':
         return this.#ensureRuntime(cause);

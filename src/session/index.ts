@@ -1,4 +1,12 @@
-export { SessionManager, DEFAULT_LIMITS, type SessionManagerDeps, type SessionLimits } from './sessionManager.ts';
+export {
+  SessionManager,
+  DEFAULT_LIMITS,
+  NodeDrainingError,
+  type SessionManagerDeps,
+  type SessionLimits,
+} from './sessionManager.ts';
+export { ClusterOwnership, LeaseLapsedError, soloOwnership, type Ownership, type Route } from './ownership.ts';
+export { NotOwnerError } from './forwarding.ts';
 export type { ConnectPoint, ConversationPage } from './conversationReads.ts';
 export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts';
 export { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';

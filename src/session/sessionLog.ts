@@ -23,6 +23,8 @@ export interface SessionLogDeps {
   snapshotEvery: number;
   clock: () => Date;
   logger: Logger;
+  /** False once this node may no longer act as the conversation's owner: nothing more is appended. */
+  leaseValid?: () => boolean;
 }
 
 export interface SessionLogStart {
@@ -102,6 +104,11 @@ export class SessionLog {
 
   /** Appends one event; any fault other than a refused duplicate closes the session so it is reloaded from the log. */
   async append(event: StoredEvent, msgId?: string): Promise<SubmitResult> {
+    if (this.#deps.leaseValid?.() === false) {
+      // Fenced: after a lapse another node may own the conversation and not have written yet.
+      this.#onFault('the lease lapsed');
+      throw new SessionClosedError(this.#conversationId, 'the lease lapsed');
+    }
     try {
       const result = await this.#deps.log.append(event, { expectedLastSeq: this.#lastSeq, msgId });
       if (this.isDebug)

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pLimit, { type LimitFunction } from 'p-limit';
+import { TetherError } from '../errors.ts';
 import { replayable, trajectoryActions, type Agent } from '../agent/index.ts';
 import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type {
@@ -13,6 +14,7 @@ import type { RuntimeProvider } from '../runtime/index.ts';
 import { agentStateOf } from '../../machines/index.ts';
 import {
   memoryStatusChannel,
+  type ClusterBus,
   type ConversationEntry,
   type ConversationStore,
   type EventLog,
@@ -23,6 +25,8 @@ import {
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
 import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
+import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
+import { ClusterOwnership, soloOwnership, type Ownership } from './ownership.ts';
 import { loadSessionState } from './loadSession.ts';
 import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
 import { maskingLogger } from './secretMasker.ts';
@@ -63,6 +67,10 @@ export interface SessionManagerDeps {
   newId?: () => string;
   logger?: Logger;
   commandTimeoutMs?: number;
+  /** Which node runs each conversation (default: this process runs them all). */
+  ownership?: Ownership;
+  /** How actions reach a conversation's owner on another node (needed with a clustered ownership). */
+  bus?: ClusterBus;
 }
 
 /**
@@ -84,9 +92,16 @@ export class SessionManager {
   readonly #reads: ConversationReads;
   /** Secrets stay in memory only; they never reach the log. */
   readonly #secrets = new Map<string, Record<string, string>>();
+  readonly #ownership: Ownership;
+  #stopServing: (() => Promise<void>) | null = null;
+  /** Set by a drain: no new conversation starts here. */
+  #draining = false;
+  #recovery: Promise<number> | null = null;
+  #recoverAgain = false;
 
   constructor(deps: SessionManagerDeps) {
     this.#deps = deps;
+    this.#ownership = deps.ownership ?? soloOwnership;
     this.limits = { ...DEFAULT_LIMITS, ...deps.limits };
     this.#clock = deps.clock ?? (() => new Date());
     this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
@@ -109,8 +124,32 @@ export class SessionManager {
     this.#policy.start();
   }
 
+  /** This node's id in the cluster ('solo' without one). */
+  get nodeId(): string {
+    return this.#ownership.nodeId;
+  }
+
+  /**
+   * Joins the cluster, when there is one: renews this node's heartbeat, then
+   * answers the actions other nodes forward to it. Without one, nothing to do.
+   */
+  async start(): Promise<void> {
+    const ownership = this.#ownership;
+    if (!(ownership instanceof ClusterOwnership)) return;
+    await ownership.start({
+      lapsed: () => this.#dropAll('the lease lapsed'),
+      recover: (reason) => {
+        this.#logger.info('looking for unfinished conversations', { reason });
+        void this.recover().catch((err: unknown) => this.#logger.error('recovery failed', errorFields(err)));
+      },
+    });
+    this.#stopServing = this.#deps.bus?.serve(ownership.nodeId, (request) => this.#serve(request)) ?? null;
+  }
+
   async create(user: string, body: CreateConversationBody): Promise<{ conversation_id: string }> {
+    if (this.#draining) throw new NodeDrainingError();
     const conversationId = this.#deps.newId?.() ?? randomUUID().replaceAll('-', '');
+    await this.#ownership.claimNew(conversationId);
     this.#secrets.set(conversationId, body.secrets);
     const session = await Session.create(conversationId, this.#sessionDeps(conversationId), {
       user,
@@ -153,7 +192,10 @@ export class SessionManager {
       if (live.owner !== user) throw new ConversationNotFoundError(conversationId);
       return live;
     }
-    return this.#load(await this.#reads.owned(conversationId, user));
+    const entry = await this.#reads.owned(conversationId, user);
+    const route = await this.#ownership.route(conversationId);
+    if (!route.local) throw new NotOwnerError(conversationId, route.node);
+    return this.#load(entry);
   }
 
   /**
@@ -173,14 +215,74 @@ export class SessionManager {
 
   /** Applies a user action. An action that meets its session leaving memory waits and goes to the one that comes back. */
   async act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<SubmitResult> {
-    for (let attempt = 0; ; attempt++) {
-      const session = await this.session(conversationId, user);
-      try {
-        // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
-        return await session.act(action, clientId);
-      } catch (err) {
-        if (!(err instanceof SessionClosedError) || attempt >= 2 || !this.#leaving.has(conversationId)) throw err;
+    // A forwarded action carries an id, so that sending it again (its owner died or moved) stores it once.
+    const forwardId = clientId ?? `fwd-${randomUUID()}`;
+    const request: ForwardRequest = { op: 'act', conversation_id: conversationId, user, action, client_id: forwardId };
+    return this.#routed(conversationId, user, request, async (afterForward) => {
+      for (let attempt = 0; ; attempt++) {
+        const session = await this.session(conversationId, user);
+        try {
+          // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
+          return await session.act(action, afterForward ? forwardId : clientId);
+        } catch (err) {
+          if (!(err instanceof SessionClosedError) || attempt >= 2 || !this.#leaving.has(conversationId)) throw err;
+        }
       }
+    });
+  }
+
+  /**
+   * Runs `here` when this node owns the conversation (claiming it when it is
+   * free or its owner's heartbeat lapsed), else sends `request` to the owner.
+   * An owner that is gone, or moved, is asked again, for up to three leases.
+   */
+  async #routed(
+    conversationId: string,
+    user: string,
+    request: ForwardRequest,
+    here: (afterForward: boolean) => Promise<SubmitResult>,
+  ): Promise<SubmitResult> {
+    const ownership = this.#ownership;
+    if (!ownership.clustered) return here(false);
+    const live = this.#live.get(conversationId);
+    if (!(live && !live.closed)) await this.#reads.owned(conversationId, user);
+    const lease = ownership instanceof ClusterOwnership ? ownership.leaseMs : 5_000;
+    const until = performance.now() + 3 * lease;
+    let forwarded = false;
+    for (;;) {
+      try {
+        const local = this.#live.get(conversationId);
+        if (local && !local.closed && ownership.leaseValid()) return await here(forwarded);
+        const route = await ownership.route(conversationId);
+        if (route.local) return await here(forwarded);
+        forwarded = true;
+        return resultOf(conversationId, await this.#deps.bus!.request(route.node, request, lease));
+      } catch (err) {
+        if (!isRetryable(err) || performance.now() > until) throw err;
+        await new Promise((resolve) => setTimeout(resolve, lease / 8));
+      }
+    }
+  }
+
+  /** A request forwarded by another node: handled here only if this node owns the conversation. */
+  async #serve(raw: unknown): Promise<unknown> {
+    const parsed = ForwardRequest.safeParse(raw);
+    if (!parsed.success) return { error: { code: 'BAD_REQUEST', message: 'not a forwarded request' } };
+    const request = parsed.data;
+    const id = request.conversation_id;
+    try {
+      const live = this.#live.get(id);
+      const route = live && !live.closed ? { local: true as const } : await this.#ownership.route(id);
+      if (!route.local) throw new NotOwnerError(id, route.node);
+      if (request.op === 'act') {
+        const session = await this.session(id, request.user);
+        return { ok: true, ...(await session.act(request.action, request.client_id)) };
+      }
+      if (request.op === 'delete') await this.#deleteHere(id, request.user);
+      else await this.passivate(id, request.reason);
+      return { ok: true };
+    } catch (err) {
+      return errorAnswer(err);
     }
   }
 
@@ -195,10 +297,13 @@ export class SessionManager {
         .catch((err) =>
           this.#logger.warn('passivation failed', { conversation_id: conversationId, ...errorFields(err) }),
         )
-        .finally(() => {
+        .finally(async () => {
           this.#leaving.delete(conversationId);
           if (this.#live.get(conversationId) === session) this.#live.delete(conversationId);
           this.feed.refresh(conversationId);
+          // Out of memory: the node that needs it next claims it.
+          if (!this.#live.has(conversationId) && !this.#loading.has(conversationId))
+            await this.#ownership.release(conversationId);
         });
       this.#leaving.set(conversationId, leaving);
       this.#logger.info('session passivated', { conversation_id: conversationId, reason });
@@ -212,6 +317,14 @@ export class SessionManager {
    * and record. The workspace stays.
    */
   async delete(conversationId: string, user: string): Promise<void> {
+    const request: ForwardRequest = { op: 'delete', conversation_id: conversationId, user };
+    await this.#routed(conversationId, user, request, async () => {
+      await this.#deleteHere(conversationId, user);
+      return { seq: 0, duplicate: false };
+    });
+  }
+
+  async #deleteHere(conversationId: string, user: string): Promise<void> {
     await this.#reads.owned(conversationId, user);
     // A load or a passivation under way finishes first: one session writes the end.
     await this.#loading.get(conversationId)?.catch(() => undefined);
@@ -230,6 +343,7 @@ export class SessionManager {
     await this.#deps.snapshots.delete(conversationId);
     await this.#deps.conversations.delete(user, conversationId);
     this.#secrets.delete(conversationId);
+    await this.#ownership.release(conversationId);
   }
 
   /** Listens to a conversation's events and status frames, from the log, whichever node writes them. */
@@ -250,18 +364,48 @@ export class SessionManager {
    * middle of a task, so it finishes by itself. Returns how many came back.
    * Only conversations with a work marker (in memory or possibly busy when
    * the last process stopped) are looked at, and only the unsettled ones' logs
-   * are read: an idle conversation costs no log read.
+   * are read: an idle conversation costs no log read. In a cluster only the
+   * markers of conversations whose owner is gone (or this node) are taken:
+   * each is claimed first, and given up again when it was idle. One recovery
+   * runs at a time; one asked for meanwhile runs after it.
    */
-  async recover(): Promise<number> {
+  recover(): Promise<number> {
+    if (this.#recovery) {
+      this.#recoverAgain = true;
+      return this.#recovery;
+    }
+    const run = async (): Promise<number> => {
+      let count = 0;
+      do {
+        this.#recoverAgain = false;
+        count += await this.#recoverOnce();
+      } while (this.#recoverAgain && !this.#draining);
+      return count;
+    };
+    this.#recovery = run().finally(() => {
+      this.#recovery = null;
+    });
+    return this.#recovery;
+  }
+
+  async #recoverOnce(): Promise<number> {
     const markers = await this.#deps.conversations.markers();
     const probe = pLimit(this.limits.rehydrateConcurrency);
     const found = await Promise.all(
       markers.map((marker) =>
-        probe(() =>
-          this.#live.has(marker.conversation_id) || this.#loading.has(marker.conversation_id)
-            ? undefined
-            : recoverMarker(marker, this.#deps.conversations, this.#deps.log),
-        ),
+        probe(async () => {
+          const id = marker.conversation_id;
+          if (this.#live.has(id) || this.#loading.has(id)) return undefined;
+          try {
+            if (!(await this.#ownership.route(id)).local) return undefined;
+            const entry = await recoverMarker(marker, this.#deps.conversations, this.#deps.log);
+            if (!entry && !this.#live.has(id) && !this.#loading.has(id)) await this.#ownership.release(id);
+            return entry;
+          } catch (err) {
+            this.#logger.warn('recovering a conversation failed', { conversation_id: id, ...errorFields(err) });
+            return undefined;
+          }
+        }),
       ),
     );
     const chosen = found.filter((entry) => entry !== undefined);
@@ -270,14 +414,44 @@ export class SessionManager {
     return chosen.length;
   }
 
-  /** Passivates every live session (snapshots written), then stops. */
+  /**
+   * Passivates every live session (snapshots written), then stops. In a
+   * cluster this is a drain: no new conversation starts here, running
+   * commands get up to one lease to finish, and each session's ownership is
+   * given up as it leaves, so other nodes take its clients and its work.
+   */
   async shutdown(): Promise<void> {
+    this.#draining = true;
     this.#policy.stop();
+    const ownership = this.#ownership;
+    if (ownership instanceof ClusterOwnership) await this.#commandsDone(ownership.leaseMs);
     await Promise.allSettled([...this.#live.keys()].map((id) => this.passivate(id, 'shutdown')));
     const rest = [...this.#live.values()];
     this.#live.clear();
     await Promise.allSettled(rest.map((s) => s.close('server shutting down')));
+    await this.#recovery?.catch(() => undefined);
+    await this.#stopServing?.();
+    if (ownership instanceof ClusterOwnership) await ownership.stop({ leave: true });
     await this.feed.stop();
+  }
+
+  /** Waits until no live session has a command out, for at most `ms`. */
+  async #commandsDone(ms: number): Promise<void> {
+    const until = performance.now() + ms;
+    const running = () => [...this.#live.values()].some((s) => !s.closed && s.snapshot?.context.pendingCommand);
+    while (running() && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+
+  /** The lease lapsed: every session stops at once and writes nothing (another node may own it now). */
+  #dropAll(reason: string): void {
+    const sessions = [...this.#live.values()];
+    this.#live.clear();
+    for (const session of sessions) {
+      this.#ownership.forget(session.conversationId);
+      this.feed.refresh(session.conversationId);
+      void session.close(reason);
+    }
+    if (sessions.length > 0) this.#logger.warn('sessions stopped', { count: sessions.length, reason });
   }
 
   /** Stores `session_closed` through the live session, or through one rebuilt from the log (no effect runs). */
@@ -345,6 +519,7 @@ export class SessionManager {
       logger: this.#logger,
       secrets: this.#secrets.get(conversationId) ?? {},
       commandTimeoutMs: this.#deps.commandTimeoutMs,
+      leaseValid: this.#ownership.clustered ? () => this.#ownership.leaseValid() : undefined,
       onApplied: (session, before) => this.#policy.applied(session, before),
       index: new SessionIndex(conversationId, this.#deps.conversations, this.#logger, known),
       onClosed: (session) => {
@@ -353,5 +528,12 @@ export class SessionManager {
         this.feed.refresh(conversationId);
       },
     };
+  }
+}
+
+/** A draining node starts no new conversation: another node will. */
+export class NodeDrainingError extends TetherError {
+  constructor() {
+    super('NODE_DRAINING', 'this node is shutting down: try again (another node takes new conversations)');
   }
 }

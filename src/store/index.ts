@@ -53,3 +53,22 @@ export { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
 export { jetStreamStores, memoryStores, type Stores, type JetStreamStoreNames } from './stores.ts';
 export { KvSnapshotStore, kvSnapshotStore, DEFAULT_SNAPSHOT_BUCKET } from './kvSnapshotStore.ts';
 export { MemorySnapshotStore, memorySnapshotStore } from './memorySnapshotStore.ts';
+export {
+  KvClusterStore,
+  kvClusterStore,
+  memoryClusterStore,
+  OwnerRecord,
+  DEFAULT_NODES_BUCKET,
+  DEFAULT_OWNERS_BUCKET,
+  type ClusterStore,
+  type KvClusterStoreOptions,
+  type NodeBeat,
+  type OwnerRead,
+} from './clusterStore.ts';
+export {
+  NodeUnreachableError,
+  natsClusterBus,
+  memoryClusterBus,
+  DEFAULT_NODE_SUBJECT_PREFIX,
+  type ClusterBus,
+} from './clusterBus.ts';

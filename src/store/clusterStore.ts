@@ -1,0 +1,219 @@
+import type { NatsConnection } from '@nats-io/transport-node';
+import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import { z } from 'zod';
+import { assertConversationId } from './assertConversationId.ts';
+import { toStoreError } from './natsErrors.ts';
+
+export const DEFAULT_NODES_BUCKET = 'tether_nodes';
+export const DEFAULT_OWNERS_BUCKET = 'tether_owners';
+
+/** Which node runs a conversation; `generation` grows by one at every claim. */
+export const OwnerRecord = z.object({ node_id: z.string().min(1), generation: z.number().int().min(1) });
+export type OwnerRecord = z.infer<typeof OwnerRecord>;
+
+/** An owner record and the revision it was read at (the compare-and-set's expected value). */
+export interface OwnerRead {
+  record: OwnerRecord;
+  revision: number;
+}
+
+/** What a node's heartbeat says about it. */
+export interface NodeBeat {
+  node_id: string;
+  started_at: string;
+}
+
+/**
+ * The shared state of a cluster: one heartbeat key per node, which ages out
+ * one lease after its last renewal, and one owner record per conversation
+ * that some node runs (or ran until it died). Every read here goes to the
+ * stream leader: an ownership decision must never rest on a stale replica.
+ */
+export interface ClusterStore {
+  /** Renews this node's heartbeat. */
+  beat(beat: NodeBeat): Promise<void>;
+  /** Removes this node's heartbeat (a drained node leaves at once, without waiting for it to age out). */
+  leave(nodeId: string): Promise<void>;
+  /** Whether the node's heartbeat is current. */
+  alive(nodeId: string): Promise<boolean>;
+  /** The nodes whose heartbeat is current. */
+  nodes(): Promise<string[]>;
+  owner(conversationId: string): Promise<OwnerRead | null>;
+  /**
+   * Compare-and-set: creates the record when `revision` is null (absent or
+   * deleted), else replaces it only if it is still at `revision`. The new
+   * revision, or null when another node changed it first.
+   */
+  claim(conversationId: string, record: OwnerRecord, revision: number | null): Promise<number | null>;
+  /** Deletes the record if it is still at `revision`; false when it moved on. */
+  release(conversationId: string, revision: number): Promise<boolean>;
+}
+
+const beatKey = (nodeId: string) => `n.${Buffer.from(nodeId).toString('base64url')}`;
+
+/** Another writer changed the key first (the compare-and-set lost). */
+function isWrongLastSequence(err: unknown): boolean {
+  return (
+    err instanceof JetStreamApiError &&
+    (err.code === JetStreamApiCodes.StreamWrongLastSequence ||
+      err.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+  );
+}
+
+/** The cluster's state in two KV buckets: heartbeats (TTL one lease) and owner records. */
+export class KvClusterStore implements ClusterStore {
+  readonly #nodes: KV;
+  readonly #owners: KV;
+
+  constructor(nodes: KV, owners: KV) {
+    this.#nodes = nodes;
+    this.#owners = owners;
+  }
+
+  async beat(beat: NodeBeat): Promise<void> {
+    try {
+      await this.#nodes.put(beatKey(beat.node_id), JSON.stringify(beat));
+    } catch (err) {
+      throw toStoreError(err, 'renewing the heartbeat');
+    }
+  }
+
+  async leave(nodeId: string): Promise<void> {
+    try {
+      await this.#nodes.purge(beatKey(nodeId));
+    } catch (err) {
+      throw toStoreError(err, 'removing the heartbeat');
+    }
+  }
+
+  async alive(nodeId: string): Promise<boolean> {
+    try {
+      const entry = await this.#nodes.get(beatKey(nodeId));
+      return entry !== null && entry.operation === 'PUT';
+    } catch (err) {
+      throw toStoreError(err, 'reading a heartbeat');
+    }
+  }
+
+  async nodes(): Promise<string[]> {
+    try {
+      const found: string[] = [];
+      for await (const key of await this.#nodes.keys('n.*')) {
+        found.push(Buffer.from(key.slice(2), 'base64url').toString());
+      }
+      return found;
+    } catch (err) {
+      throw toStoreError(err, 'listing the nodes');
+    }
+  }
+
+  async owner(conversationId: string): Promise<OwnerRead | null> {
+    assertConversationId(conversationId);
+    let entry;
+    try {
+      entry = await this.#owners.get(conversationId);
+    } catch (err) {
+      throw toStoreError(err, `reading the owner of ${conversationId}`);
+    }
+    if (entry === null || entry.operation !== 'PUT') return null;
+    const parsed = OwnerRecord.safeParse(safeJson(() => entry.json()));
+    // A record that does not parse is as good as none; a claim replaces it at its revision.
+    return parsed.success
+      ? { record: parsed.data, revision: entry.revision }
+      : { record: { node_id: '', generation: 1 }, revision: entry.revision };
+  }
+
+  async claim(conversationId: string, record: OwnerRecord, revision: number | null): Promise<number | null> {
+    assertConversationId(conversationId);
+    try {
+      return revision === null
+        ? await this.#owners.create(conversationId, JSON.stringify(record))
+        : await this.#owners.update(conversationId, JSON.stringify(record), revision);
+    } catch (err) {
+      if (isWrongLastSequence(err)) return null;
+      throw toStoreError(err, `claiming ${conversationId}`);
+    }
+  }
+
+  async release(conversationId: string, revision: number): Promise<boolean> {
+    assertConversationId(conversationId);
+    try {
+      await this.#owners.delete(conversationId, { previousSeq: revision });
+      return true;
+    } catch (err) {
+      if (isWrongLastSequence(err)) return false;
+      throw toStoreError(err, `releasing ${conversationId}`);
+    }
+  }
+}
+
+function safeJson(read: () => unknown): unknown {
+  try {
+    return read();
+  } catch {
+    return undefined;
+  }
+}
+
+export interface KvClusterStoreOptions {
+  /** A heartbeat ages out this long after its last renewal. */
+  leaseMs: number;
+  nodesBucket?: string;
+  ownersBucket?: string;
+}
+
+/**
+ * Opens (creating when missing) the heartbeat and owner buckets. Both are
+ * read without direct get, so every read is answered by the stream leader.
+ */
+export async function kvClusterStore(nc: NatsConnection, options: KvClusterStoreOptions): Promise<KvClusterStore> {
+  const kvm = new Kvm(nc);
+  try {
+    const [nodes, owners] = await Promise.all([
+      kvm.create(options.nodesBucket ?? DEFAULT_NODES_BUCKET, {
+        history: 1,
+        storage: StorageType.Memory,
+        ttl: options.leaseMs,
+        allow_direct: false,
+      }),
+      kvm.create(options.ownersBucket ?? DEFAULT_OWNERS_BUCKET, {
+        history: 1,
+        storage: StorageType.File,
+        allow_direct: false,
+      }),
+    ]);
+    return new KvClusterStore(nodes, owners);
+  } catch (err) {
+    throw toStoreError(err, 'opening the cluster buckets');
+  }
+}
+
+/** The in-process twin: heartbeats age out on the wall clock; revisions count every change. */
+export function memoryClusterStore(leaseMs: number, now: () => number = () => performance.now()): ClusterStore {
+  const beats = new Map<string, number>();
+  const owners = new Map<string, OwnerRead>();
+  let revision = 0;
+  const alive = (nodeId: string) => {
+    const at = beats.get(nodeId);
+    return at !== undefined && now() - at < leaseMs;
+  };
+  return {
+    beat: async (beat) => void beats.set(beat.node_id, now()),
+    leave: async (nodeId) => void beats.delete(nodeId),
+    alive: async (nodeId) => alive(nodeId),
+    nodes: async () => [...beats.keys()].filter(alive),
+    owner: async (id) => owners.get(id) ?? null,
+    claim: async (id, record, expected) => {
+      if ((owners.get(id)?.revision ?? null) !== expected) return null;
+      revision += 1;
+      owners.set(id, { record, revision });
+      return revision;
+    },
+    release: async (id, expected) => {
+      if (owners.get(id)?.revision !== expected) return false;
+      owners.delete(id);
+      return true;
+    },
+  };
+}
