@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { ConversationId } from '../protocol/index.ts';
 import { RuntimeDeadError } from './errors.ts';
+import { heartbeat, lifeline } from './lifeline.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
 import type { CommandResult, RunOptions, Runtime, RuntimeExit, RuntimeOptions, RuntimeProvider } from './runtime.ts';
 
@@ -20,6 +21,15 @@ export interface LocalRuntimeProviderOptions {
   interruptGraceMs?: number;
   /** Environment the shells inherit, minus `TETHER_*` and `NATS_*`. Defaults to process.env. */
   baseEnv?: NodeJS.ProcessEnv;
+  /**
+   * When set, a shell that got no heartbeat from this process for this long kills
+   * itself and everything it runs, as it does when this process dies. Heartbeats go
+   * out every quarter of it. Why: in a cluster, a frozen node (SIGSTOP, a paused VM)
+   * keeps its pipes open, and its command must not outlive the node's lease while
+   * another node takes the conversation over; the server will set half the node
+   * lease. Unset, only this process's death ends the shell. At least 1.
+   */
+  heartbeatTimeoutMs?: number;
 }
 
 export interface LocalRuntimeConfig {
@@ -29,6 +39,8 @@ export interface LocalRuntimeConfig {
   commandTimeoutMs: number;
   outputCapBytes: number;
   interruptGraceMs: number;
+  /** See {@link LocalRuntimeProviderOptions.heartbeatTimeoutMs}. */
+  heartbeatTimeoutMs?: number;
 }
 
 const START_TIMEOUT_MS = 10_000;
@@ -45,13 +57,6 @@ function processState(pid: number): string | undefined {
   }
 }
 
-/**
- * A command must not outlive the server that would report it as interrupted.
- * A background watcher waits for EOF on fd 3 (the server's end closes when the
- * server dies, however it dies) and then kills the shell's whole process group.
- * The shell itself closes fd 3 so the commands it runs never hold it.
- */
-const LIFELINE = '{ read -r -u 3 _; kill -KILL 0; } </dev/null >/dev/null 2>&1 &\nexec 3<&-\n';
 const MAX_TIMER_MS = 2 ** 31 - 1; // setTimeout fires at once beyond this
 const RESTART_NOTE =
   '\n[tether] the command did not stop when interrupted; the shell was restarted ' +
@@ -85,6 +90,11 @@ interface Running {
  * the command had not started). A runtime starts once: after stop() or its death,
  * create a new one (the workspace is kept). `exit` or a failure under `set -e` ends
  * the shell, as in a terminal: the runtime dies.
+ *
+ * The shell's process group never outlives the server (see `lifeline.ts`): it is
+ * killed when the server dies and, with `heartbeatTimeoutMs`, when the server stops
+ * sending heartbeats (frozen), so that a command does not go on past the node's
+ * lease while another node runs the conversation.
  */
 export class LocalRuntime implements Runtime {
   readonly workspace: string;
@@ -96,6 +106,7 @@ export class LocalRuntime implements Runtime {
   private current: Running | undefined;
   private readonly listeners = new Set<(exit: RuntimeExit) => void>();
   private watchdog: NodeJS.Timeout | undefined;
+  private stopHeartbeat: (() => void) | undefined;
 
   constructor(
     readonly conversationId: string,
@@ -177,6 +188,7 @@ export class LocalRuntime implements Runtime {
 
   private async shutdown(): Promise<void> {
     clearInterval(this.watchdog);
+    this.stopHeartbeat?.();
     const child = this.child;
     this.child = undefined;
     this.state = 'stopped';
@@ -194,22 +206,30 @@ export class LocalRuntime implements Runtime {
       cwd: this.workspace,
       env: this.config.env,
       detached: true, // own process group, so a signal reaches the shell and its children
-      // fd 3 is a lifeline: it closes when this process dies, even by SIGKILL (see LIFELINE).
+      // fd 3 is a lifeline: it closes when this process dies, even by SIGKILL (see lifeline.ts).
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
     });
     this.child = child;
-    (child.stdio[3] as Socket | null)?.unref();
+    const line = child.stdio[3] as Socket | null;
+    line?.unref();
+    line?.on('error', () => {}); // a heartbeat to a shell that died; the exit handler reports it
     const mine = () => this.child === child;
     child.stdin.on('error', () => {}); // EPIPE after the shell died; the exit handler reports it
     child.stdout.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
     child.stderr.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
     child.on('error', (error) => mine() && this.die({ code: null, signal: null }, error));
     child.on('exit', (code, signal) => mine() && this.die({ code, signal }));
-    child.stdin.write(LIFELINE + SHELL_PRELUDE);
+    child.stdin.write(lifeline(this.config.heartbeatTimeoutMs) + SHELL_PRELUDE);
+    const { heartbeatTimeoutMs } = this.config;
+    // One timer for the runtime, whichever shell is current (replaceShell spawns another).
+    if (heartbeatTimeoutMs !== undefined && !this.stopHeartbeat) {
+      this.stopHeartbeat = heartbeat(() => this.child?.stdio[3] as Socket | null | undefined, heartbeatTimeoutMs);
+    }
   }
 
   private die(exit: RuntimeExit, cause?: unknown): void {
     clearInterval(this.watchdog);
+    this.stopHeartbeat?.();
     const wasAlive = this.state === 'alive';
     const child = this.child;
     this.child = undefined;
@@ -337,7 +357,10 @@ function runtimeEnv(base: NodeJS.ProcessEnv, extra: Record<string, string> = {})
 /** Runs each conversation's commands in a local bash under `workspaceRoot`. */
 export function localRuntimeProvider(options: LocalRuntimeProviderOptions): RuntimeProvider {
   const { workspaceRoot, commandTimeoutMs = 30_000, outputCapBytes = 64 * 1024 } = options;
-  const { shell = 'bash', interruptGraceMs = 1_000, baseEnv = process.env } = options;
+  const { shell = 'bash', interruptGraceMs = 1_000, baseEnv = process.env, heartbeatTimeoutMs } = options;
+  if (heartbeatTimeoutMs !== undefined && !(Number.isFinite(heartbeatTimeoutMs) && heartbeatTimeoutMs >= 1)) {
+    throw new RangeError(`heartbeatTimeoutMs must be a finite number of at least 1, not ${heartbeatTimeoutMs}`);
+  }
   return {
     create(conversationId: string, runtimeOptions: RuntimeOptions = {}): LocalRuntime {
       // The id becomes a directory name: refuse anything that could leave the root.
@@ -351,6 +374,7 @@ export function localRuntimeProvider(options: LocalRuntimeProviderOptions): Runt
         commandTimeoutMs,
         outputCapBytes,
         interruptGraceMs,
+        heartbeatTimeoutMs,
       });
     },
   };

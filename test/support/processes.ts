@@ -3,6 +3,10 @@ import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 export interface Proc {
   pid: number;
   ppid: number;
+  /** Its process group id. */
+  pgrp: number;
+  /** Its one-letter state (R, S, T, Z, ...). */
+  state: string;
   comm: string;
   /** Its working directory, when it can be read. */
   cwd: string | undefined;
@@ -23,7 +27,14 @@ export function processes(): Proc[] {
       } catch {
         cwd = undefined;
       }
-      found.push({ pid: Number(entry), ppid: Number(fields[1]), comm, cwd });
+      found.push({
+        pid: Number(entry),
+        ppid: Number(fields[1]),
+        pgrp: Number(fields[2]),
+        state: fields[0] ?? '?',
+        comm,
+        cwd,
+      });
     } catch {
       // The process went away while we looked.
     }
@@ -36,4 +47,9 @@ export function bashesIn(workspace: string, parent?: number): Proc[] {
   return processes().filter(
     (p) => p.comm === 'bash' && p.cwd === workspace && (parent === undefined || p.ppid === parent),
   );
+}
+
+/** The processes of a process group that still run: a zombie has exited, it only waits to be reaped. */
+export function runningInGroup(pgrp: number): Proc[] {
+  return processes().filter((p) => p.pgrp === pgrp && p.state !== 'Z' && p.state !== 'X');
 }
