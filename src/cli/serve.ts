@@ -64,6 +64,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         workspaceRoot: config.workspacesDir,
         commandTimeoutMs: config.commandTimeoutMs,
         outputCapBytes: config.outputCapBytes,
+        // A frozen node's commands die within half a lease, before another node can take the conversation.
+        heartbeatTimeoutMs: config.leaseMs / 2,
       }),
       // Every node on one NATS is one cluster: ownership by heartbeat and owner records.
       cluster: {
