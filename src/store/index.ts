@@ -19,7 +19,7 @@ export {
   type EntryPage,
   type ListPosition,
 } from './conversationStore.ts';
-export { StoreUnavailableError, VersionConflictError } from './errors.ts';
+export { SecretsUnsealError, StoreUnavailableError, VersionConflictError } from './errors.ts';
 
 export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
 export {
@@ -53,3 +53,7 @@ export { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
 export { jetStreamStores, memoryStores, type Stores, type JetStreamStoreNames } from './stores.ts';
 export { KvSnapshotStore, kvSnapshotStore, DEFAULT_SNAPSHOT_BUCKET } from './kvSnapshotStore.ts';
 export { MemorySnapshotStore, memorySnapshotStore } from './memorySnapshotStore.ts';
+export type { SecretStore } from './secretStore.ts';
+export { parseSecretsKey, seal, unseal } from './secretSeal.ts';
+export { KvSecretStore, kvSecretStore, DEFAULT_SECRET_BUCKET, type KvSecretStoreOptions } from './kvSecretStore.ts';
+export { MemorySecretStore, memorySecretStore } from './memorySecretStore.ts';
