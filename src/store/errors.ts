@@ -25,3 +25,17 @@ export class StoreUnavailableError extends TetherError {
     super('STORE_UNAVAILABLE', message, options);
   }
 }
+
+/**
+ * Stored secrets could not be opened: the key is not the one that sealed them
+ * (every node must share `TETHER_SECRETS_KEY`), the bytes were altered, or the
+ * value was sealed for another conversation. The message never carries any
+ * part of the secrets.
+ */
+export class SecretsUnsealError extends TetherError {
+  readonly conversationId: string;
+  constructor(conversationId: string, reason: string, options?: { cause?: unknown }) {
+    super('SECRETS_UNSEALABLE', `cannot unseal the secrets of conversation ${conversationId}: ${reason}`, options);
+    this.conversationId = conversationId;
+  }
+}

@@ -19,7 +19,7 @@ export {
   type EntryPage,
   type ListPosition,
 } from './conversationStore.ts';
-export { StoreUnavailableError, VersionConflictError } from './errors.ts';
+export { SecretsUnsealError, StoreUnavailableError, VersionConflictError } from './errors.ts';
 
 export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
 export {
@@ -72,3 +72,7 @@ export {
   DEFAULT_NODE_SUBJECT_PREFIX,
   type ClusterBus,
 } from './clusterBus.ts';
+export type { SecretStore } from './secretStore.ts';
+export { parseSecretsKey, seal, unseal } from './secretSeal.ts';
+export { KvSecretStore, kvSecretStore, DEFAULT_SECRET_BUCKET, type KvSecretStoreOptions } from './kvSecretStore.ts';
+export { MemorySecretStore, memorySecretStore } from './memorySecretStore.ts';
