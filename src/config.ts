@@ -1,6 +1,7 @@
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
+import { parseSecretsKey } from './store/index.ts';
 import type { SessionLimits } from './session/index.ts';
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES } from './tether.ts';
 
@@ -19,6 +20,7 @@ export const ConfigSchema = z.object({
     .optional(),
   TETHER_LEASE_MS: z.coerce.number().int().min(200).default(5_000),
   TETHER_WORKSPACES_DIR: z.string().min(1).optional(),
+  TETHER_SECRETS_KEY: z.string().min(1).optional(),
   NATS_SERVER_BIN: z.string().min(1).optional(),
   TETHER_MAX_FRAME_BYTES: positiveInt.default(DEFAULT_MAX_FRAME_BYTES),
   TETHER_MAX_BODY_BYTES: positiveInt.default(DEFAULT_MAX_BODY_BYTES),
@@ -57,6 +59,8 @@ export interface Config {
   nodeId: string | undefined;
   leaseMs: number;
   workspacesDir: string;
+  /** The key conversation secrets are sealed with (AES-256-GCM), or undefined. */
+  secretsKey: Buffer | undefined;
   /** The embedded nats-server's binary; undefined: found on PATH or in the usual places. */
   natsServerBin: string | undefined;
   maxFrameBytes: number;
@@ -106,6 +110,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     natsUrl: c.NATS_URL,
     nodeId: c.TETHER_NODE_ID,
     leaseMs: c.TETHER_LEASE_MS,
+    secretsKey: parseKeyOrThrow(c.TETHER_SECRETS_KEY),
     workspacesDir: resolve(c.TETHER_WORKSPACES_DIR ?? join(c.TETHER_DATA_DIR, 'workspaces')),
     natsServerBin: c.NATS_SERVER_BIN,
     maxFrameBytes: c.TETHER_MAX_FRAME_BYTES,
@@ -146,6 +151,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       rehydrateConcurrency: c.TETHER_REHYDRATE_CONCURRENCY,
     },
   };
+}
+
+function parseKeyOrThrow(text: string | undefined): Buffer | undefined {
+  if (text === undefined) return undefined;
+  try {
+    return parseSecretsKey(text);
+  } catch (err) {
+    throw new ConfigError(`invalid configuration:\n  TETHER_SECRETS_KEY: ${(err as Error).message}`);
+  }
 }
 
 function parseTokensOrThrow(spec: string | undefined): Map<string, string> {

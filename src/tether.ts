@@ -4,7 +4,7 @@ import { silentLogger, type Logger } from './logger.ts';
 import type { RuntimeProvider } from './runtime/index.ts';
 import { tetherServer, type TetherServer, type TetherServerOptions } from './server/index.ts';
 import { ClusterOwnership, SessionManager, type SessionLimits } from './session/index.ts';
-import type { ClusterBus, ClusterStore, Stores } from './store/index.ts';
+import type { ClusterBus, ClusterStore, SecretStore, Stores } from './store/index.ts';
 
 /** Largest WebSocket frame accepted by default (TETHER_MAX_FRAME_BYTES). */
 export const DEFAULT_MAX_FRAME_BYTES = 1_048_576;
@@ -25,6 +25,8 @@ export interface TetherOptions {
   commandTimeoutMs?: number;
   /** Run as one node of a cluster: ownership by heartbeat and owner records, actions forwarded to owners. */
   cluster?: ClusterOptions;
+  /** Secrets sealed where any node can read them, or 'refuse' them (default: this process's memory only). */
+  secrets?: SecretStore | 'refuse';
   /** HTTP and WebSocket settings; each has the documented default. */
   server?: Partial<Omit<TetherServerOptions, 'manager' | 'logger'>>;
 }
@@ -66,6 +68,7 @@ export function createTether(options: TetherOptions): Tether {
     clock: options.clock,
     newId: options.newId,
     commandTimeoutMs: options.commandTimeoutMs,
+    secrets: options.secrets,
     ...(options.cluster && {
       ownership: new ClusterOwnership({ ...options.cluster, logger }),
       bus: options.cluster.bus,

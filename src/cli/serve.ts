@@ -13,6 +13,7 @@ import {
   connectNats,
   jetStreamStores,
   kvClusterStore,
+  kvSecretStore,
   natsAnswers,
   natsClusterBus,
   watchConnection,
@@ -67,6 +68,12 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         // A frozen node's commands die within half a lease, before another node can take the conversation.
         heartbeatTimeoutMs: config.leaseMs / 2,
       }),
+      // Sealed where every node reads them; a shared NATS without a key refuses secrets (another node could not use them).
+      secrets: config.secretsKey
+        ? await kvSecretStore(nc, { key: config.secretsKey })
+        : config.natsUrl
+          ? 'refuse'
+          : undefined,
       // Every node on one NATS is one cluster: ownership by heartbeat and owner records.
       cluster: {
         nodeId,

@@ -2,6 +2,7 @@ export {
   SessionManager,
   DEFAULT_LIMITS,
   NodeDrainingError,
+  SecretsNeedKeyError,
   type SessionManagerDeps,
   type SessionLimits,
 } from './sessionManager.ts';

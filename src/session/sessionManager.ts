@@ -15,6 +15,7 @@ import { agentStateOf } from '../../machines/index.ts';
 import {
   memoryStatusChannel,
   type ClusterBus,
+  type SecretStore,
   type ConversationEntry,
   type ConversationStore,
   type EventLog,
@@ -71,6 +72,12 @@ export interface SessionManagerDeps {
   ownership?: Ownership;
   /** How actions reach a conversation's owner on another node (needed with a clustered ownership). */
   bus?: ClusterBus;
+  /**
+   * Where secrets are kept besides this process's memory: sealed in a store
+   * any node can read, or 'refuse' (a cluster without a key: a conversation
+   * with secrets could not start its runtime on another node). Default: memory only.
+   */
+  secrets?: SecretStore | 'refuse';
 }
 
 /**
@@ -149,7 +156,11 @@ export class SessionManager {
   async create(user: string, body: CreateConversationBody): Promise<{ conversation_id: string }> {
     if (this.#draining) throw new NodeDrainingError();
     const conversationId = this.#deps.newId?.() ?? randomUUID().replaceAll('-', '');
+    const sealed = this.#deps.secrets;
+    if (sealed === 'refuse' && Object.keys(body.secrets).length > 0) throw new SecretsNeedKeyError();
     await this.#ownership.claimNew(conversationId);
+    if (sealed && sealed !== 'refuse' && Object.keys(body.secrets).length > 0)
+      await sealed.put(conversationId, body.secrets);
     this.#secrets.set(conversationId, body.secrets);
     const session = await Session.create(conversationId, this.#sessionDeps(conversationId), {
       user,
@@ -343,6 +354,8 @@ export class SessionManager {
     await this.#deps.snapshots.delete(conversationId);
     await this.#deps.conversations.delete(user, conversationId);
     this.#secrets.delete(conversationId);
+    const sealed = this.#deps.secrets;
+    if (sealed && sealed !== 'refuse') await sealed.delete(conversationId);
     await this.#ownership.release(conversationId);
   }
 
@@ -493,6 +506,7 @@ export class SessionManager {
     const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
     // A conversation that ended (deleted, its purge not done) does not come back.
     if (!loaded || loaded.state.snapshot.status !== 'active') throw new ConversationNotFoundError(id);
+    await this.#unsealSecrets(id);
     const session = await Session.restore(id, this.#sessionDeps(id, entry), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
     this.feed.refresh(id);
@@ -503,6 +517,14 @@ export class SessionManager {
       state: session.state,
     });
     return session;
+  }
+
+  /** Secrets another node (or this one before a restart) sealed, when this process does not hold them. */
+  async #unsealSecrets(id: string): Promise<void> {
+    const sealed = this.#deps.secrets;
+    if (this.#secrets.has(id) || !sealed || sealed === 'refuse') return;
+    const secrets = await sealed.get(id);
+    if (secrets) this.#secrets.set(id, secrets);
   }
 
   /** `known`: the conversation's index entry, when it has one (not yet at creation). */
@@ -535,5 +557,15 @@ export class SessionManager {
 export class NodeDrainingError extends TetherError {
   constructor() {
     super('NODE_DRAINING', 'this node is shutting down: try again (another node takes new conversations)');
+  }
+}
+
+/** A cluster without TETHER_SECRETS_KEY cannot hand a conversation's secrets to another node. */
+export class SecretsNeedKeyError extends TetherError {
+  constructor() {
+    super(
+      'SECRETS_NEED_KEY',
+      'this cluster keeps no secrets: set TETHER_SECRETS_KEY on every node (32 bytes, e.g. openssl rand -base64 32), or create the conversation without secrets',
+    );
   }
 }
