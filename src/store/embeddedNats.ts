@@ -17,6 +17,8 @@ export interface EmbeddedNatsOptions {
   binary: string;
   /** How long to wait for the server to accept connections (default 15 s). */
   startTimeoutMs?: number;
+  /** More nats-server arguments, after the ones above (a test cluster's `--server_name`, `--cluster`, `--routes`). */
+  extraArgs?: readonly string[];
 }
 
 export interface EmbeddedNatsExit {
@@ -81,6 +83,7 @@ export async function startEmbeddedNats(options: EmbeddedNatsOptions): Promise<E
     storeDir,
     '--ports_file_dir',
     storeDir,
+    ...(options.extraArgs ?? []),
   ];
   const server = new GuardedServer(binary, args, options.log);
   const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);

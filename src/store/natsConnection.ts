@@ -27,14 +27,19 @@ export interface ConnectNatsOptions {
 }
 
 /**
- * Connects to NATS. Once connected the client reconnects forever: a restarted
- * nats-server must not end a long-lived session server. Requests made while
- * disconnected time out and surface as StoreUnavailableError.
+ * Connects to NATS. `url` may list the servers of a cluster, comma-separated;
+ * the client picks among them and moves to another when its server goes away.
+ * Once connected the client reconnects forever: a restarted nats-server must not
+ * end a long-lived session server. Requests made while disconnected time out
+ * and surface as StoreUnavailableError.
  */
 export async function connectNats(url: string, options: ConnectNatsOptions): Promise<NatsConnection> {
+  const servers = serverUrls(url);
+  if (servers.length === 0) throw new StoreUnavailableError(`cannot connect to NATS at "${url}": no server URL in it`);
   try {
     return await connect({
-      servers: url,
+      // nats.js takes one string as one URL: a list must come as an array.
+      servers,
       name: options.name,
       maxReconnectAttempts: -1,
       reconnectTimeWait: 1000,
@@ -47,6 +52,14 @@ export async function connectNats(url: string, options: ConnectNatsOptions): Pro
     const reason = err instanceof Error ? err.message : String(err);
     throw new StoreUnavailableError(`cannot connect to NATS at ${url}: ${reason}`, { cause: err });
   }
+}
+
+/** The URLs of a comma-separated list, trimmed, without empty entries. */
+function serverUrls(url: string): string[] {
+  return url
+    .split(',')
+    .map((part) => part.trim())
+    .filter((part) => part !== '');
 }
 
 const MIB = 1024 * 1024;
