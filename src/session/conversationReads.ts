@@ -60,7 +60,7 @@ export class ConversationReads {
     const { items, more } = await this.#deps.conversations.list(user, page);
     const read = pLimit(LIST_CONCURRENCY);
     const summaries = await Promise.all(
-      items.map((entry) =>
+      items.map(({ running_since: _, ...entry }) =>
         read(async () => ({
           ...entry,
           // This process knows what it holds; the entry's flag may be left over from a process that died.

@@ -23,3 +23,10 @@ export class SessionClosedError extends TetherError {
     super('SESSION_CLOSED', `conversation ${conversationId} is closed here: ${reason}`, options);
   }
 }
+
+/** A draining node starts no new conversation: another node will. */
+export class NodeDrainingError extends TetherError {
+  constructor() {
+    super('NODE_DRAINING', 'this node is shutting down: try again (another node takes new conversations)');
+  }
+}

@@ -56,6 +56,7 @@ export function resultOf(conversationId: string, answer: unknown): { seq: number
       throw new SessionClosedError(conversationId, message);
     case 'NOT_OWNER':
     case 'NODE_LEASE_LAPSED':
+    case 'NODE_DRAINING':
       // Both mean: ask again, the owner may have changed.
       throw new NotOwnerError(conversationId, message);
     case 'NODE_UNREACHABLE':

@@ -1,11 +1,5 @@
-export {
-  SessionManager,
-  DEFAULT_LIMITS,
-  NodeDrainingError,
-  SecretsNeedKeyError,
-  type SessionManagerDeps,
-  type SessionLimits,
-} from './sessionManager.ts';
+export { SessionManager } from './sessionManager.ts';
+export { DEFAULT_LIMITS, type SessionManagerDeps, type SessionLimits } from './sessionManagerDeps.ts';
 export { ClusterOwnership, LeaseLapsedError, soloOwnership, type Ownership, type Route } from './ownership.ts';
 export { NotOwnerError } from './forwarding.ts';
 export type { ConnectPoint, ConversationPage } from './conversationReads.ts';
@@ -13,4 +7,5 @@ export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts
 export { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';
 export { Session, type SubmitResult, type RestoredState } from './session.ts';
 export { ConversationFeed, type FeedListener } from './conversationFeed.ts';
-export { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
+export { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
+export { SecretsNeedKeyError } from './secretKeeper.ts';

@@ -21,6 +21,8 @@ export interface Ownership {
   readonly clustered: boolean;
   /** Where the conversation runs; claims it for this node when it is free or its owner's heartbeat lapsed. */
   route(conversationId: string): Promise<Route>;
+  /** The node whose current heartbeat backs the conversation's owner record, or null; claims nothing. */
+  ownerOf(conversationId: string): Promise<string | null>;
   /** Claims a conversation being created here. */
   claimNew(conversationId: string): Promise<void>;
   /** Gives up a conversation that left memory here, so the node that needs it next claims it. */
@@ -36,6 +38,7 @@ export const soloOwnership: Ownership = {
   nodeId: 'solo',
   clustered: false,
   route: async () => ({ local: true }),
+  ownerOf: async () => 'solo',
   claimNew: async () => undefined,
   release: async () => undefined,
   forget: () => undefined,
@@ -86,6 +89,8 @@ export class ClusterOwnership implements Ownership {
   #ticker: NodeJS.Timeout | null = null;
   #lapseTimer: NodeJS.Timeout | null = null;
   #ticking: Promise<void> = Promise.resolve();
+  /** Set by a drain: this node claims nothing more. */
+  #leaving = false;
   /** Takeovers of a dead node's conversations by this node. */
   takeovers = 0;
 
@@ -128,16 +133,23 @@ export class ClusterOwnership implements Ownership {
     return this.#held.size;
   }
 
+  /** From now on this node claims nothing: what it would claim goes to another live node, which claims it. */
+  leave(): void {
+    this.#leaving = true;
+  }
+
   async route(conversationId: string): Promise<Route> {
     for (let attempt = 0; attempt < 5; attempt++) {
       if (!this.leaseValid()) throw new LeaseLapsedError(this.nodeId);
       const read = await this.#store.owner(conversationId);
       const owner = read?.record.node_id;
-      if (read && owner === this.nodeId) {
+      if (read && owner === this.nodeId && !this.#leaving) {
         this.#held.set(conversationId, read);
         return { local: true };
       }
-      if (read && owner && (await this.#store.alive(owner))) return { local: false, node: owner };
+      if (read && owner && owner !== this.nodeId && (await this.#store.alive(owner)))
+        return { local: false, node: owner };
+      if (this.#leaving) return this.#elsewhere(conversationId);
       const generation = (read?.record.generation ?? 0) + 1;
       const record = { node_id: this.nodeId, generation };
       const revision = await this.#store.claim(conversationId, record, read?.revision ?? null);
@@ -150,6 +162,19 @@ export class ClusterOwnership implements Ownership {
       return { local: true };
     }
     throw new TetherError('OWNER_CONTENDED', `the owner of ${conversationId} kept changing: try again`);
+  }
+
+  async ownerOf(conversationId: string): Promise<string | null> {
+    const owner = (await this.#store.owner(conversationId))?.record.node_id;
+    return owner && (owner === this.nodeId || (await this.#store.alive(owner))) ? owner : null;
+  }
+
+  /** A draining node sends what it would have claimed to another live node. */
+  async #elsewhere(conversationId: string): Promise<Route> {
+    const others = (await this.#store.nodes()).filter((node) => node !== this.nodeId);
+    if (others.length === 0)
+      throw new TetherError('NODE_DRAINING', `no other node can take ${conversationId} now: try again`);
+    return { local: false, node: others[Math.floor(Math.random() * others.length)]! };
   }
 
   async claimNew(conversationId: string): Promise<void> {

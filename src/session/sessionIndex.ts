@@ -80,6 +80,8 @@ export class SessionIndex implements SessionIndexHook {
         created_at: this.#createdAt,
         state,
         in_memory: passivated === undefined,
+        ...(state === 'running' &&
+          after.context.runningSince !== null && { running_since: after.context.runningSince }),
       };
       if (comesBack(events) || !sameEntry(entry, this.#entry)) {
         await this.#store.put(entry);
@@ -114,5 +116,11 @@ function comesBack(events: readonly StoredEvent[]): boolean {
 }
 
 function sameEntry(a: ConversationEntry, b: ConversationEntry | undefined): boolean {
-  return b !== undefined && a.state === b.state && a.in_memory === b.in_memory && a.user === b.user;
+  return (
+    b !== undefined &&
+    a.state === b.state &&
+    a.in_memory === b.in_memory &&
+    a.user === b.user &&
+    a.running_since === b.running_since
+  );
 }

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import pLimit, { type LimitFunction } from 'p-limit';
-import { TetherError } from '../errors.ts';
-import { replayable, trajectoryActions, type Agent } from '../agent/index.ts';
+import { replayable, trajectoryActions } from '../agent/index.ts';
 import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type {
   ConversationInfo,
@@ -10,75 +9,22 @@ import type {
   PassivationReason,
   UserAction,
 } from '../protocol/index.ts';
-import type { RuntimeProvider } from '../runtime/index.ts';
 import { agentStateOf } from '../../machines/index.ts';
-import {
-  memoryStatusChannel,
-  type ClusterBus,
-  type SecretStore,
-  type ConversationEntry,
-  type ConversationStore,
-  type EventLog,
-  type ReadPage,
-  type SnapshotStore,
-  type StatusChannel,
-} from '../store/index.ts';
+import { memoryStatusChannel, type ConversationEntry, type ReadPage } from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
-import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
-import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
+import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
+import { ClusterRouter } from './clusterRouter.ts';
+import { NotOwnerError, type ForwardRequest } from './forwarding.ts';
 import { ClusterOwnership, soloOwnership, type Ownership } from './ownership.ts';
 import { loadSessionState } from './loadSession.ts';
-import { PassivationPolicy, type PassivationLimits } from './passivationPolicy.ts';
+import { PassivationPolicy } from './passivationPolicy.ts';
 import { maskingLogger } from './secretMasker.ts';
+import { SecretKeeper } from './secretKeeper.ts';
 import { Session, type SessionDeps, type SubmitResult } from './session.ts';
 import { SessionIndex } from './sessionIndex.ts';
-import { recoverMarker } from './workRecovery.ts';
-
-export interface SessionLimits extends PassivationLimits {
-  /** A session that has not started this long after creation reports error. */
-  startTimeoutMs: number;
-  /** Snapshot every this many events, besides at passivation. */
-  snapshotEvery: number;
-  /** Rehydrations running at once; further ones (and their actions) wait their turn. */
-  rehydrateConcurrency: number;
-}
-
-export const DEFAULT_LIMITS: SessionLimits = {
-  closeDelayMs: 120_000,
-  idleMs: 900_000,
-  maxLive: 10_000,
-  maxRunningPerUser: 3,
-  startTimeoutMs: 60_000,
-  snapshotEvery: 200,
-  rehydrateConcurrency: 8,
-};
-
-export interface SessionManagerDeps {
-  log: EventLog;
-  conversations: ConversationStore;
-  snapshots: SnapshotStore;
-  /** Status frames between nodes (default: in this process only). */
-  status?: StatusChannel;
-  runtimes: RuntimeProvider;
-  /** The agent for a conversation (the scripted agent unless an LLM is configured). */
-  agentFor: (conversationId: string) => Agent;
-  limits?: Partial<SessionLimits>;
-  clock?: () => Date;
-  newId?: () => string;
-  logger?: Logger;
-  commandTimeoutMs?: number;
-  /** Which node runs each conversation (default: this process runs them all). */
-  ownership?: Ownership;
-  /** How actions reach a conversation's owner on another node (needed with a clustered ownership). */
-  bus?: ClusterBus;
-  /**
-   * Where secrets are kept besides this process's memory: sealed in a store
-   * any node can read, or 'refuse' (a cluster without a key: a conversation
-   * with secrets could not start its runtime on another node). Default: memory only.
-   */
-  secrets?: SecretStore | 'refuse';
-}
+import { DEFAULT_LIMITS, type SessionLimits, type SessionManagerDeps } from './sessionManagerDeps.ts';
+import { WorkRecovery } from './workRecovery.ts';
 
 /**
  * The actor host: creates sessions, brings them back from snapshot and log on
@@ -97,20 +43,20 @@ export class SessionManager {
   readonly #rehydrations: LimitFunction;
   readonly #policy: PassivationPolicy;
   readonly #reads: ConversationReads;
-  /** Secrets stay in memory only; they never reach the log. */
-  readonly #secrets = new Map<string, Record<string, string>>();
+  readonly #secrets: SecretKeeper;
   readonly #ownership: Ownership;
+  readonly #router: ClusterRouter;
   #stopServing: (() => Promise<void>) | null = null;
   /** Set by a drain: no new conversation starts here. */
   #draining = false;
-  #recovery: Promise<number> | null = null;
-  #recoverAgain = false;
+  readonly #recovery: WorkRecovery;
 
   constructor(deps: SessionManagerDeps) {
     this.#deps = deps;
     this.#ownership = deps.ownership ?? soloOwnership;
     this.limits = { ...DEFAULT_LIMITS, ...deps.limits };
     this.#clock = deps.clock ?? (() => new Date());
+    this.#secrets = new SecretKeeper(deps.secrets);
     this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
     this.feed = new ConversationFeed(deps.log, deps.status ?? memoryStatusChannel(), this.#logger, (id) => {
       const live = this.#live.get(id);
@@ -129,6 +75,26 @@ export class SessionManager {
       () => this.#clock().getTime(),
     );
     this.#policy.start();
+    this.#recovery = new WorkRecovery(
+      {
+        here: (id) => this.#live.has(id) || this.#loading.has(id),
+        load: (entry) => this.#load(entry),
+      },
+      { ...deps, ownership: this.#ownership, logger: this.#logger, concurrency: this.limits.rehydrateConcurrency },
+    );
+    this.#router = new ClusterRouter(
+      {
+        live: (id) => this.#live.get(id),
+        liveSessions: () => this.#live.values(),
+        owned: (id, user) => this.#reads.owned(id, user),
+        actHere: (id, user, action, clientId) => this.#actHere(id, user, action, clientId),
+        deleteHere: (id, user) => this.#deleteHere(id, user),
+        passivate: (id, reason) => this.passivate(id, reason),
+        notify: (id, frame) => this.feed.publishStatus(id, frame),
+      },
+      { ownership: this.#ownership, bus: deps.bus, conversations: deps.conversations, logger: this.#logger },
+      this.limits.maxRunningPerUser,
+    );
   }
 
   /** This node's id in the cluster ('solo' without one). */
@@ -150,18 +116,15 @@ export class SessionManager {
         void this.recover().catch((err: unknown) => this.#logger.error('recovery failed', errorFields(err)));
       },
     });
-    this.#stopServing = this.#deps.bus?.serve(ownership.nodeId, (request) => this.#serve(request)) ?? null;
+    this.#stopServing = this.#deps.bus?.serve(ownership.nodeId, (request) => this.#router.serve(request)) ?? null;
   }
 
   async create(user: string, body: CreateConversationBody): Promise<{ conversation_id: string }> {
     if (this.#draining) throw new NodeDrainingError();
     const conversationId = this.#deps.newId?.() ?? randomUUID().replaceAll('-', '');
-    const sealed = this.#deps.secrets;
-    if (sealed === 'refuse' && Object.keys(body.secrets).length > 0) throw new SecretsNeedKeyError();
+    this.#secrets.check(body.secrets);
     await this.#ownership.claimNew(conversationId);
-    if (sealed && sealed !== 'refuse' && Object.keys(body.secrets).length > 0)
-      await sealed.put(conversationId, body.secrets);
-    this.#secrets.set(conversationId, body.secrets);
+    await this.#secrets.keep(conversationId, body.secrets);
     const session = await Session.create(conversationId, this.#sessionDeps(conversationId), {
       user,
       ...(body.initial_message !== undefined && { initial_message: body.initial_message }),
@@ -229,71 +192,20 @@ export class SessionManager {
     // A forwarded action carries an id, so that sending it again (its owner died or moved) stores it once.
     const forwardId = clientId ?? `fwd-${randomUUID()}`;
     const request: ForwardRequest = { op: 'act', conversation_id: conversationId, user, action, client_id: forwardId };
-    return this.#routed(conversationId, user, request, async (afterForward) => {
-      for (let attempt = 0; ; attempt++) {
-        const session = await this.session(conversationId, user);
-        try {
-          // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
-          return await session.act(action, afterForward ? forwardId : clientId);
-        } catch (err) {
-          if (!(err instanceof SessionClosedError) || attempt >= 2 || !this.#leaving.has(conversationId)) throw err;
-        }
-      }
-    });
+    return this.#router.routed(conversationId, user, request, (afterForward) =>
+      this.#actHere(conversationId, user, action, afterForward ? forwardId : clientId),
+    );
   }
 
-  /**
-   * Runs `here` when this node owns the conversation (claiming it when it is
-   * free or its owner's heartbeat lapsed), else sends `request` to the owner.
-   * An owner that is gone, or moved, is asked again, for up to three leases.
-   */
-  async #routed(
-    conversationId: string,
-    user: string,
-    request: ForwardRequest,
-    here: (afterForward: boolean) => Promise<SubmitResult>,
-  ): Promise<SubmitResult> {
-    const ownership = this.#ownership;
-    if (!ownership.clustered) return here(false);
-    const live = this.#live.get(conversationId);
-    if (!(live && !live.closed)) await this.#reads.owned(conversationId, user);
-    const lease = ownership instanceof ClusterOwnership ? ownership.leaseMs : 5_000;
-    const until = performance.now() + 3 * lease;
-    let forwarded = false;
-    for (;;) {
+  async #actHere(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<SubmitResult> {
+    for (let attempt = 0; ; attempt++) {
+      const session = await this.session(conversationId, user);
       try {
-        const local = this.#live.get(conversationId);
-        if (local && !local.closed && ownership.leaseValid()) return await here(forwarded);
-        const route = await ownership.route(conversationId);
-        if (route.local) return await here(forwarded);
-        forwarded = true;
-        return resultOf(conversationId, await this.#deps.bus!.request(route.node, request, lease));
+        // The log scopes msgIds to the conversation, so clients may reuse ids across conversations.
+        return await session.act(action, clientId);
       } catch (err) {
-        if (!isRetryable(err) || performance.now() > until) throw err;
-        await new Promise((resolve) => setTimeout(resolve, lease / 8));
+        if (!(err instanceof SessionClosedError) || attempt >= 2 || !this.#leaving.has(conversationId)) throw err;
       }
-    }
-  }
-
-  /** A request forwarded by another node: handled here only if this node owns the conversation. */
-  async #serve(raw: unknown): Promise<unknown> {
-    const parsed = ForwardRequest.safeParse(raw);
-    if (!parsed.success) return { error: { code: 'BAD_REQUEST', message: 'not a forwarded request' } };
-    const request = parsed.data;
-    const id = request.conversation_id;
-    try {
-      const live = this.#live.get(id);
-      const route = live && !live.closed ? { local: true as const } : await this.#ownership.route(id);
-      if (!route.local) throw new NotOwnerError(id, route.node);
-      if (request.op === 'act') {
-        const session = await this.session(id, request.user);
-        return { ok: true, ...(await session.act(request.action, request.client_id)) };
-      }
-      if (request.op === 'delete') await this.#deleteHere(id, request.user);
-      else await this.passivate(id, request.reason);
-      return { ok: true };
-    } catch (err) {
-      return errorAnswer(err);
     }
   }
 
@@ -329,7 +241,7 @@ export class SessionManager {
    */
   async delete(conversationId: string, user: string): Promise<void> {
     const request: ForwardRequest = { op: 'delete', conversation_id: conversationId, user };
-    await this.#routed(conversationId, user, request, async () => {
+    await this.#router.routed(conversationId, user, request, async () => {
       await this.#deleteHere(conversationId, user);
       return { seq: 0, duplicate: false };
     });
@@ -353,9 +265,7 @@ export class SessionManager {
     await this.#deps.log.purge(conversationId);
     await this.#deps.snapshots.delete(conversationId);
     await this.#deps.conversations.delete(user, conversationId);
-    this.#secrets.delete(conversationId);
-    const sealed = this.#deps.secrets;
-    if (sealed && sealed !== 'refuse') await sealed.delete(conversationId);
+    await this.#secrets.forget(conversationId);
     await this.#ownership.release(conversationId);
   }
 
@@ -383,48 +293,7 @@ export class SessionManager {
    * runs at a time; one asked for meanwhile runs after it.
    */
   recover(): Promise<number> {
-    if (this.#recovery) {
-      this.#recoverAgain = true;
-      return this.#recovery;
-    }
-    const run = async (): Promise<number> => {
-      let count = 0;
-      do {
-        this.#recoverAgain = false;
-        count += await this.#recoverOnce();
-      } while (this.#recoverAgain && !this.#draining);
-      return count;
-    };
-    this.#recovery = run().finally(() => {
-      this.#recovery = null;
-    });
-    return this.#recovery;
-  }
-
-  async #recoverOnce(): Promise<number> {
-    const markers = await this.#deps.conversations.markers();
-    const probe = pLimit(this.limits.rehydrateConcurrency);
-    const found = await Promise.all(
-      markers.map((marker) =>
-        probe(async () => {
-          const id = marker.conversation_id;
-          if (this.#live.has(id) || this.#loading.has(id)) return undefined;
-          try {
-            if (!(await this.#ownership.route(id)).local) return undefined;
-            const entry = await recoverMarker(marker, this.#deps.conversations, this.#deps.log);
-            if (!entry && !this.#live.has(id) && !this.#loading.has(id)) await this.#ownership.release(id);
-            return entry;
-          } catch (err) {
-            this.#logger.warn('recovering a conversation failed', { conversation_id: id, ...errorFields(err) });
-            return undefined;
-          }
-        }),
-      ),
-    );
-    const chosen = found.filter((entry) => entry !== undefined);
-    await Promise.allSettled(chosen.map((entry) => this.#load(entry)));
-    if (chosen.length > 0) this.#logger.info('recovered conversations', { count: chosen.length });
-    return chosen.length;
+    return this.#recovery.run();
   }
 
   /**
@@ -435,14 +304,18 @@ export class SessionManager {
    */
   async shutdown(): Promise<void> {
     this.#draining = true;
+    this.#recovery.stop();
     this.#policy.stop();
     const ownership = this.#ownership;
-    if (ownership instanceof ClusterOwnership) await this.#commandsDone(ownership.leaseMs);
+    if (ownership instanceof ClusterOwnership) {
+      ownership.leave();
+      await this.#commandsDone(ownership.leaseMs);
+    }
     await Promise.allSettled([...this.#live.keys()].map((id) => this.passivate(id, 'shutdown')));
     const rest = [...this.#live.values()];
     this.#live.clear();
     await Promise.allSettled(rest.map((s) => s.close('server shutting down')));
-    await this.#recovery?.catch(() => undefined);
+    await this.#recovery.settled();
     await this.#stopServing?.();
     if (ownership instanceof ClusterOwnership) await ownership.stop({ leave: true });
     await this.feed.stop();
@@ -506,7 +379,7 @@ export class SessionManager {
     const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, id);
     // A conversation that ended (deleted, its purge not done) does not come back.
     if (!loaded || loaded.state.snapshot.status !== 'active') throw new ConversationNotFoundError(id);
-    await this.#unsealSecrets(id);
+    await this.#secrets.load(id);
     const session = await Session.restore(id, this.#sessionDeps(id, entry), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
     this.feed.refresh(id);
@@ -517,14 +390,6 @@ export class SessionManager {
       state: session.state,
     });
     return session;
-  }
-
-  /** Secrets another node (or this one before a restart) sealed, when this process does not hold them. */
-  async #unsealSecrets(id: string): Promise<void> {
-    const sealed = this.#deps.secrets;
-    if (this.#secrets.has(id) || !sealed || sealed === 'refuse') return;
-    const secrets = await sealed.get(id);
-    if (secrets) this.#secrets.set(id, secrets);
   }
 
   /** `known`: the conversation's index entry, when it has one (not yet at creation). */
@@ -539,10 +404,19 @@ export class SessionManager {
       runtimes: this.#deps.runtimes,
       clock: this.#clock,
       logger: this.#logger,
-      secrets: this.#secrets.get(conversationId) ?? {},
+      secrets: this.#secrets.of(conversationId),
       commandTimeoutMs: this.#deps.commandTimeoutMs,
       leaseValid: this.#ownership.clustered ? () => this.#ownership.leaseValid() : undefined,
-      onApplied: (session, before) => this.#policy.applied(session, before),
+      onApplied: (session, before) => {
+        this.#policy.applied(session, before);
+        const since = session.runningSince;
+        if (this.#ownership.clustered && since !== null && since !== (before?.context.runningSince ?? null))
+          void this.#router
+            .capAcrossCluster(session)
+            .catch((err: unknown) =>
+              this.#logger.warn('the per-user cap across the cluster was not checked', errorFields(err)),
+            );
+      },
       index: new SessionIndex(conversationId, this.#deps.conversations, this.#logger, known),
       onClosed: (session) => {
         if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId))
@@ -550,22 +424,5 @@ export class SessionManager {
         this.feed.refresh(conversationId);
       },
     };
-  }
-}
-
-/** A draining node starts no new conversation: another node will. */
-export class NodeDrainingError extends TetherError {
-  constructor() {
-    super('NODE_DRAINING', 'this node is shutting down: try again (another node takes new conversations)');
-  }
-}
-
-/** A cluster without TETHER_SECRETS_KEY cannot hand a conversation's secrets to another node. */
-export class SecretsNeedKeyError extends TetherError {
-  constructor() {
-    super(
-      'SECRETS_NEED_KEY',
-      'this cluster keeps no secrets: set TETHER_SECRETS_KEY on every node (32 bytes, e.g. openssl rand -base64 32), or create the conversation without secrets',
-    );
   }
 }

@@ -1,6 +1,106 @@
+import pLimit from 'p-limit';
+import { errorFields, type Logger } from '../logger.ts';
 import type { AgentState, LoggedEvent } from '../protocol/index.ts';
 import type { ConversationEntry, ConversationStore, EventLog, WorkMarker } from '../store/index.ts';
 import { wasMidTask } from './loadSession.ts';
+import type { Ownership } from './ownership.ts';
+
+export interface RecoveryHost {
+  /** Whether the conversation is live, or being loaded, in this process. */
+  here(conversationId: string): boolean;
+  /** Brings the conversation back into memory here. */
+  load(entry: ConversationEntry): Promise<unknown>;
+}
+
+export interface RecoveryDeps {
+  conversations: ConversationStore;
+  log: EventLog;
+  ownership: Ownership;
+  logger: Logger;
+  /** Markers looked at once. */
+  concurrency: number;
+}
+
+/**
+ * Brings back every conversation whose log ends in the middle of a task, so
+ * it finishes by itself: after a restart, after this node's lease came back,
+ * and when another node's heartbeat lapsed. Only conversations with a work
+ * marker (in memory or possibly busy when their process stopped) are looked
+ * at, and only the unsettled ones' logs are read: an idle conversation costs
+ * no log read. Only markers of conversations without a live owner (or owned
+ * by this node) are taken: each is claimed first, and given up again when it
+ * was idle. One run at a time; one asked for meanwhile runs after it.
+ */
+export class WorkRecovery {
+  readonly #host: RecoveryHost;
+  readonly #deps: RecoveryDeps;
+  #running: Promise<number> | null = null;
+  #again = false;
+  #stopped = false;
+
+  constructor(host: RecoveryHost, deps: RecoveryDeps) {
+    this.#host = host;
+    this.#deps = deps;
+  }
+
+  /** How many conversations came back. */
+  run(): Promise<number> {
+    if (this.#running) {
+      this.#again = true;
+      return this.#running;
+    }
+    const loop = async (): Promise<number> => {
+      let count = 0;
+      do {
+        this.#again = false;
+        count += await this.#once();
+      } while (this.#again && !this.#stopped);
+      return count;
+    };
+    this.#running = loop().finally(() => {
+      this.#running = null;
+    });
+    return this.#running;
+  }
+
+  /** No run starts after this (a draining node takes nothing over). */
+  stop(): void {
+    this.#stopped = true;
+  }
+
+  /** Resolves once no run is under way. */
+  async settled(): Promise<void> {
+    await this.#running?.catch(() => undefined);
+  }
+
+  async #once(): Promise<number> {
+    if (this.#stopped) return 0;
+    const { conversations, log, ownership, logger } = this.#deps;
+    const markers = await conversations.markers();
+    const probe = pLimit(this.#deps.concurrency);
+    const found = await Promise.all(
+      markers.map((marker) =>
+        probe(async () => {
+          const id = marker.conversation_id;
+          if (this.#host.here(id)) return undefined;
+          try {
+            if (!(await ownership.route(id)).local) return undefined;
+            const entry = await recoverMarker(marker, conversations, log);
+            if (!entry && !this.#host.here(id)) await ownership.release(id);
+            return entry;
+          } catch (err) {
+            logger.warn('recovering a conversation failed', { conversation_id: id, ...errorFields(err) });
+            return undefined;
+          }
+        }),
+      ),
+    );
+    const chosen = found.filter((entry) => entry !== undefined);
+    await Promise.allSettled(chosen.map((entry) => this.#host.load(entry)));
+    if (chosen.length > 0) logger.info('recovered conversations', { count: chosen.length });
+    return chosen.length;
+  }
+}
 
 /**
  * After a restart, one work marker left by a process that is gone: returns

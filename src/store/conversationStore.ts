@@ -14,6 +14,8 @@ export const ConversationEntry = z.object({
   /** The agent state of the conversation's last state fact (kept while it is out of memory). */
   state: AgentState,
   in_memory: z.boolean(),
+  /** While `state` is running: since when (epoch ms, a stored event's time); the per-user cap sends the oldest out first. */
+  running_since: z.number().int().optional(),
 });
 export type ConversationEntry = z.infer<typeof ConversationEntry>;
 

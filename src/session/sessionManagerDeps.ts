@@ -1,0 +1,58 @@
+import type { Agent } from '../agent/index.ts';
+import type { Logger } from '../logger.ts';
+import type { RuntimeProvider } from '../runtime/index.ts';
+import type {
+  ClusterBus,
+  ConversationStore,
+  EventLog,
+  SecretStore,
+  SnapshotStore,
+  StatusChannel,
+} from '../store/index.ts';
+import type { Ownership } from './ownership.ts';
+import type { PassivationLimits } from './passivationPolicy.ts';
+
+export interface SessionLimits extends PassivationLimits {
+  /** A session that has not started this long after creation reports error. */
+  startTimeoutMs: number;
+  /** Snapshot every this many events, besides at passivation. */
+  snapshotEvery: number;
+  /** Rehydrations running at once; further ones (and their actions) wait their turn. */
+  rehydrateConcurrency: number;
+}
+
+export const DEFAULT_LIMITS: SessionLimits = {
+  closeDelayMs: 120_000,
+  idleMs: 900_000,
+  maxLive: 10_000,
+  maxRunningPerUser: 3,
+  startTimeoutMs: 60_000,
+  snapshotEvery: 200,
+  rehydrateConcurrency: 8,
+};
+
+export interface SessionManagerDeps {
+  log: EventLog;
+  conversations: ConversationStore;
+  snapshots: SnapshotStore;
+  /** Status frames between nodes (default: in this process only). */
+  status?: StatusChannel;
+  runtimes: RuntimeProvider;
+  /** The agent for a conversation (the scripted agent unless an LLM is configured). */
+  agentFor: (conversationId: string) => Agent;
+  limits?: Partial<SessionLimits>;
+  clock?: () => Date;
+  newId?: () => string;
+  logger?: Logger;
+  commandTimeoutMs?: number;
+  /** Which node runs each conversation (default: this process runs them all). */
+  ownership?: Ownership;
+  /** How actions reach a conversation's owner on another node (needed with a clustered ownership). */
+  bus?: ClusterBus;
+  /**
+   * Where secrets are kept besides this process's memory: sealed in a store
+   * any node can read, or 'refuse' (a cluster without a key: a conversation
+   * with secrets could not start its runtime on another node). Default: memory only.
+   */
+  secrets?: SecretStore | 'refuse';
+}
