@@ -1,0 +1,39 @@
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+
+describe('the cluster settings', () => {
+  it('default to one generated node id, a 5 s lease and the workspaces under the data dir', () => {
+    const config = loadConfig({ TETHER_DATA_DIR: '/tmp/t1' });
+    expect(config).toMatchObject({ nodeId: undefined, leaseMs: 5_000, workspacesDir: join('/tmp/t1', 'workspaces') });
+    expect(config.secretsKey).toBeUndefined();
+  });
+
+  it('are read from the environment', () => {
+    const key = Buffer.alloc(32, 7);
+    const config = loadConfig({
+      TETHER_NODE_ID: 'node-a.1',
+      TETHER_LEASE_MS: '1000',
+      TETHER_WORKSPACES_DIR: 'shared/ws',
+      TETHER_SECRETS_KEY: key.toString('base64'),
+    });
+    expect(config).toMatchObject({ nodeId: 'node-a.1', leaseMs: 1_000, workspacesDir: resolve('shared/ws') });
+    expect(config.secretsKey).toEqual(key);
+    expect(loadConfig({ TETHER_SECRETS_KEY: key.toString('hex') }).secretsKey).toEqual(key);
+  });
+
+  it('refuse a bad node id, a lease under 200 ms and a key that is not 32 bytes, never echoing the key', () => {
+    expect(() => loadConfig({ TETHER_NODE_ID: 'a b' })).toThrow(/TETHER_NODE_ID/);
+    expect(() => loadConfig({ TETHER_LEASE_MS: '50' })).toThrow(/TETHER_LEASE_MS/);
+    const short = 'c2hvcnQta2V5LXNlY3JldC12YWx1ZQ==';
+    let message = '';
+    try {
+      loadConfig({ TETHER_SECRETS_KEY: short });
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      message = (err as Error).message;
+    }
+    expect(message).toMatch(/TETHER_SECRETS_KEY/);
+    expect(message).not.toContain(short);
+  });
+});
