@@ -63,18 +63,28 @@ function isWrongLastSequence(err: unknown): boolean {
 
 /** The cluster's state in two KV buckets: heartbeats (TTL one lease) and owner records. */
 export class KvClusterStore implements ClusterStore {
-  readonly #nodes: KV;
+  #nodes: KV;
   readonly #owners: KV;
+  readonly #reopenNodes: () => Promise<KV>;
+  #reopen = false;
 
-  constructor(nodes: KV, owners: KV) {
+  /** `reopenNodes` makes the heartbeat bucket again, after a failed renewal (a nats-server that lost it). */
+  constructor(nodes: KV, owners: KV, reopenNodes: () => Promise<KV>) {
     this.#nodes = nodes;
     this.#owners = owners;
+    this.#reopenNodes = reopenNodes;
   }
 
   async beat(beat: NodeBeat): Promise<void> {
     try {
+      if (this.#reopen) {
+        this.#nodes = await this.#reopenNodes();
+        this.#reopen = false;
+      }
       await this.#nodes.put(beatKey(beat.node_id), JSON.stringify(beat));
     } catch (err) {
+      // The bucket may be gone with a server that restarted empty: the next renewal makes it again.
+      this.#reopen = true;
       throw toStoreError(err, 'renewing the heartbeat');
     }
   }
@@ -169,21 +179,23 @@ export interface KvClusterStoreOptions {
  */
 export async function kvClusterStore(nc: NatsConnection, options: KvClusterStoreOptions): Promise<KvClusterStore> {
   const kvm = new Kvm(nc);
+  const openNodes = () =>
+    kvm.create(options.nodesBucket ?? DEFAULT_NODES_BUCKET, {
+      history: 1,
+      storage: StorageType.File,
+      ttl: options.leaseMs,
+      allow_direct: false,
+    });
   try {
     const [nodes, owners] = await Promise.all([
-      kvm.create(options.nodesBucket ?? DEFAULT_NODES_BUCKET, {
-        history: 1,
-        storage: StorageType.Memory,
-        ttl: options.leaseMs,
-        allow_direct: false,
-      }),
+      openNodes(),
       kvm.create(options.ownersBucket ?? DEFAULT_OWNERS_BUCKET, {
         history: 1,
         storage: StorageType.File,
         allow_direct: false,
       }),
     ]);
-    return new KvClusterStore(nodes, owners);
+    return new KvClusterStore(nodes, owners, openNodes);
   } catch (err) {
     throw toStoreError(err, 'opening the cluster buckets');
   }

@@ -1,3 +1,4 @@
+import { jetstreamManager } from '@nats-io/jetstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kvClusterStore, type KvClusterStore, type NatsConnection } from '../../src/store/index.ts';
 import { connectTestNats, uniqueBucketName } from '../support/nats.ts';
@@ -5,12 +6,13 @@ import { connectTestNats, uniqueBucketName } from '../support/nats.ts';
 let nc: NatsConnection;
 let store: KvClusterStore;
 const LEASE = 1_000;
+const nodesBucket = uniqueBucketName();
 
 beforeAll(async () => {
   nc = await connectTestNats();
   store = await kvClusterStore(nc, {
     leaseMs: LEASE,
-    nodesBucket: uniqueBucketName(),
+    nodesBucket,
     ownersBucket: uniqueBucketName(),
   });
 });
@@ -53,5 +55,12 @@ describe('the cluster state in KV', () => {
     expect(agedOutAfter).toBeGreaterThan(LEASE * 0.8);
     expect(agedOutAfter).toBeLessThan(LEASE * 2.5);
     expect(await store.nodes()).toEqual([]);
+  });
+
+  it('a heartbeat bucket lost with its nats-server is made again: the renewal after the failed one works', async () => {
+    await jetstreamManager(nc).then((jsm) => jsm.streams.delete(`KV_${nodesBucket}`));
+    await expect(store.beat({ node_id: 'z', started_at: new Date().toISOString() })).rejects.toThrow();
+    await store.beat({ node_id: 'z', started_at: new Date().toISOString() });
+    expect(await store.alive('z')).toBe(true);
   });
 });
