@@ -85,13 +85,14 @@ export class ClientConnection implements FeedListener {
   }
 
   /**
-   * Subscribes first and buffers; the high-water mark was read after the
-   * conversation was found, and the feed delivers every event stored once the
-   * subscription is made: an event stored meanwhile is either in the history
-   * read or in the buffer. Then `sync`, the history in pages, the buffer, and
-   * the frames that waited.
+   * Subscribes first and buffers, then reads where the conversation stands
+   * (the high-water mark; a missing or foreign conversation rejects with
+   * ConversationNotFoundError): the feed delivers every event stored once the
+   * subscription is made, so an event stored meanwhile is either in the
+   * history read or in the buffer. Then `sync`, the history in pages, the
+   * buffer, and the frames that waited.
    */
-  async start(conversationId: string, user: string, afterSeq: number, at: ConnectPoint): Promise<void> {
+  async start(conversationId: string, user: string, afterSeq: number): Promise<void> {
     const ws = this.#ws;
     this.#conversationId = conversationId;
     this.#user = user;
@@ -99,6 +100,14 @@ export class ClientConnection implements FeedListener {
     const unsubscribe = await this.#options.manager.subscribe(conversationId, this);
     if (this.#stopped) return unsubscribe();
     this.#unsubscribe = unsubscribe;
+    let at: ConnectPoint;
+    try {
+      at = await this.#options.manager.connect(conversationId, user);
+    } catch (err) {
+      this.stop();
+      throw err;
+    }
+    if (this.#stopped) return;
     send(ws, { type: 'sync', conversation_id: conversationId, through_seq: at.throughSeq, state: at.state });
     const held = this.#heldStatus ?? [];
     this.#heldStatus = null;

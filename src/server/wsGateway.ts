@@ -122,15 +122,13 @@ export class WsGateway {
     this.#count(conversationId, 1);
     counted = conversationId;
 
-    let at;
     try {
-      at = await this.#options.manager.connect(conversationId, user);
+      // Listening starts before the conversation's high-water mark is read: nothing stored in between is missed.
+      await client.start(conversationId, user, afterSeq);
     } catch (err) {
       if (err instanceof ConversationNotFoundError) return ws.close(CLOSE.unknownConversation, 'unknown conversation');
       throw err;
     }
-    if (ws.readyState !== ws.OPEN) return;
-    await client.start(conversationId, user, afterSeq, at);
   }
 
   #count(conversationId: string, delta: number): void {

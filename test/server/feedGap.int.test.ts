@@ -102,3 +102,42 @@ describe('a status frame while a client joins', () => {
     expect(ws.invalid).toEqual([]);
   });
 });
+
+describe('an event stored while a client joins', () => {
+  it('reaches the client even when nothing follows it: the connection listens before it reads where the conversation stands', async () => {
+    // B's client joins conv1, which A runs. While B reads the log for the join, A stores the last events there
+    // will be for a while (a stop); a connection that read the high-water mark before listening never got them.
+    const stores = memoryStores();
+    const a = createTether({ stores, runtimes: memoryRuntimeProvider(), agent: scriptedAgent(), newId: () => 'conv1' });
+    let during: (() => Promise<void>) | null = null;
+    const log: EventLog = {
+      append: (event, options) => stores.log.append(event, options),
+      read: async (id, options) => {
+        const page = await stores.log.read(id, options);
+        const work = during;
+        during = null;
+        await work?.();
+        return page;
+      },
+      lastSeq: (id) => stores.log.lastSeq(id),
+      last: (id) => stores.log.last(id),
+      purge: (id) => stores.log.purge(id),
+      follow: (handlers) => stores.log.follow(handlers),
+    };
+    const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
+    tethers.push(a, b);
+    const { port } = await b.listen(0, '127.0.0.1');
+    await a.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    const ready = async () => (await stores.log.read('conv1')).items.at(-1)?.event;
+    while ((await ready())?.type !== 'agent_state_changed') await new Promise((r) => setTimeout(r, 5));
+    during = async () => {
+      await a.manager.act('conv1', 'local', { type: 'change_agent_state', state: 'stopped' });
+    };
+    const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
+    await ws.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
+    expect(during).toBeNull();
+    const stored = (await stores.log.read('conv1')).items;
+    await ws.waitUntil(() => ws.lastSeq() >= stored.at(-1)!.seq, { what: 'the events stored during the join' });
+    expect(ws.events().map((f) => ({ seq: f.seq, event: f.event }))).toEqual(stored);
+  });
+});
