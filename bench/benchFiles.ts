@@ -22,3 +22,8 @@ export const GC_NODE_FLAGS: readonly string[] = ['--expose-gc', ...NODE_FLAGS];
 export function benchFile(name: string): URL {
   return new URL(`./${name}.${COMPILED ? 'js' : 'ts'}`, import.meta.url);
 }
+
+/** `tether`'s entry point (src/cli/main), compiled or not, as `npm start` runs it from dist/. */
+export function serverEntry(): URL {
+  return new URL(`../src/cli/main.${COMPILED ? 'js' : 'ts'}`, import.meta.url);
+}

@@ -4,7 +4,8 @@
 // JetStream, rehydration of a 10,000-event conversation (c, d), the heap of
 // 10,000 live and passivated sessions (e), resume after a drop (f), density of
 // ws connections (g), cold start (h) and the host's CPU per agent
-// step in a long conversation against a short one (i). Writes bench/RESULTS.md and prints
+// step in a long conversation against a short one (i), and failover in a cluster
+// of three nodes on a 3-node NATS cluster, against the lease (j). Writes bench/RESULTS.md and prints
 // the table. Exits 1 on any error or timeout; a missed target is
 // reported (and profiled), not an error.
 import { rmSync } from 'node:fs';
@@ -20,6 +21,7 @@ import { CODE_KIND, RESULTS_FILE } from './benchFiles.ts';
 import type { BenchContext, Measure } from './benchContext.ts';
 import { measureColdStart } from './coldStartRows.ts';
 import { measureDensity } from './densityRows.ts';
+import { measureFailover } from './failoverRows.ts';
 import { measureHeap } from './heapRows.ts';
 import { progress } from './measure.ts';
 import { measureRead } from './readRows.ts';
@@ -49,6 +51,7 @@ const STEPS: ReadonlyArray<{ name: string; measure: Measure }> = [
   { name: 'density', measure: measureDensity },
   { name: 'coldstart', measure: measureColdStart },
   { name: 'agentstep', measure: async (ctx) => measureAgentStep(ctx) },
+  { name: 'failover', measure: async (ctx) => measureFailover(ctx) },
 ];
 // `--only=append,resume` runs those steps and prints their rows without writing RESULTS.md.
 const only = process.argv
@@ -125,7 +128,7 @@ async function main(): Promise<void> {
       settings: [
         `Code under test: ${CODE_KIND}, in the bench's process and in every child process.`,
         ...ctx.settings,
-        'Fresh stream and bucket names for every run; one nats-server on a temporary directory, removed afterwards.',
+        'Fresh stream and bucket names for every run; one nats-server on a temporary directory, removed afterwards (the failover step (j) starts a cluster of three of its own, also removed).',
       ],
       rows,
       runs: ctx.runs,
