@@ -50,6 +50,12 @@ export class SessionManager {
   /** Set by a drain: no new conversation starts here. */
   #draining = false;
   readonly #recovery: WorkRecovery;
+  /**
+   * Per conversation, the tail of its claim-and-load and check-and-release
+   * steps, which run one at a time: a release never deletes the owner record
+   * a load on this node has just read as its own.
+   */
+  readonly #claims = new Map<string, Promise<unknown>>();
 
   constructor(deps: SessionManagerDeps) {
     this.#deps = deps;
@@ -79,6 +85,7 @@ export class SessionManager {
       {
         here: (id) => this.#live.has(id) || this.#loading.has(id),
         load: (entry) => this.#load(entry),
+        exclusive: (id, work) => this.#claimStep(id, work),
       },
       { ...deps, ownership: this.#ownership, logger: this.#logger, concurrency: this.limits.rehydrateConcurrency },
     );
@@ -167,9 +174,13 @@ export class SessionManager {
       return live;
     }
     const entry = await this.#reads.owned(conversationId, user);
-    const route = await this.#ownership.route(conversationId);
-    if (!route.local) throw new NotOwnerError(conversationId, route.node);
-    return this.#load(entry);
+    // The load is registered inside the claim step, and awaited outside it (it may wait for a passivation, which releases).
+    const { loading } = await this.#claimStep(conversationId, async () => {
+      const route = await this.#ownership.route(conversationId);
+      if (!route.local) throw new NotOwnerError(conversationId, route.node);
+      return { loading: this.#load(entry) };
+    });
+    return loading;
   }
 
   /**
@@ -225,8 +236,10 @@ export class SessionManager {
           if (this.#live.get(conversationId) === session) this.#live.delete(conversationId);
           this.feed.refresh(conversationId);
           // Out of memory: the node that needs it next claims it.
-          if (!this.#live.has(conversationId) && !this.#loading.has(conversationId))
-            await this.#ownership.release(conversationId);
+          await this.#claimStep(conversationId, async () => {
+            if (!this.#live.has(conversationId) && !this.#loading.has(conversationId))
+              await this.#ownership.release(conversationId);
+          });
         });
       this.#leaving.set(conversationId, leaving);
       this.#logger.info('session passivated', { conversation_id: conversationId, reason });
@@ -390,6 +403,16 @@ export class SessionManager {
       state: session.state,
     });
     return session;
+  }
+
+  #claimStep<T>(conversationId: string, work: () => Promise<T>): Promise<T> {
+    const step = (this.#claims.get(conversationId) ?? Promise.resolve()).then(work);
+    const tail = step.catch(() => undefined);
+    this.#claims.set(conversationId, tail);
+    void tail.then(() => {
+      if (this.#claims.get(conversationId) === tail) this.#claims.delete(conversationId);
+    });
+    return step;
   }
 
   /** `known`: the conversation's index entry, when it has one (not yet at creation). */

@@ -10,6 +10,8 @@ export interface RecoveryHost {
   here(conversationId: string): boolean;
   /** Brings the conversation back into memory here. */
   load(entry: ConversationEntry): Promise<unknown>;
+  /** Runs `work` alone among this conversation's claims, loads and releases on this node. */
+  exclusive<T>(conversationId: string, work: () => Promise<T>): Promise<T>;
 }
 
 export interface RecoveryDeps {
@@ -82,12 +84,15 @@ export class WorkRecovery {
       markers.map((marker) =>
         probe(async () => {
           const id = marker.conversation_id;
-          if (this.#host.here(id)) return undefined;
           try {
-            if (!(await ownership.route(id)).local) return undefined;
-            const entry = await recoverMarker(marker, conversations, log);
-            if (!entry && !this.#host.here(id)) await ownership.release(id);
-            return entry;
+            // Claimed, read and released (idle) or its load registered, with no other claim or release of it between.
+            return await this.#host.exclusive(id, async () => {
+              if (this.#host.here(id)) return undefined;
+              if (!(await ownership.route(id)).local) return undefined;
+              const entry = await recoverMarker(marker, conversations, log);
+              if (!entry) await ownership.release(id);
+              return entry && { loading: this.#host.load(entry) };
+            });
           } catch (err) {
             logger.warn('recovering a conversation failed', { conversation_id: id, ...errorFields(err) });
             return undefined;
@@ -95,8 +100,8 @@ export class WorkRecovery {
         }),
       ),
     );
-    const chosen = found.filter((entry) => entry !== undefined);
-    await Promise.allSettled(chosen.map((entry) => this.#host.load(entry)));
+    const chosen = found.filter((step) => step !== undefined);
+    await Promise.allSettled(chosen.map((step) => step.loading));
     if (chosen.length > 0) logger.info('recovered conversations', { count: chosen.length });
     return chosen.length;
   }
