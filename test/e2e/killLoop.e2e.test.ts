@@ -2,14 +2,14 @@ import { rm } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConversationInfo, type LoggedEvent } from '../../src/protocol/index.ts';
 import {
-  contentCounts,
+  crashLogProblems,
   describeLog,
-  duplicatedContents,
-  idProblem,
   inPool,
   killHard,
+  postMessage,
   sleep,
-  userMessages,
+  type MessageAck,
+  type SentMessage,
 } from '../support/faults.ts';
 import {
   allEvents,
@@ -41,20 +41,6 @@ const ENV = {
   // the busy ones out of memory mid-task, which is another test's subject.
   TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
 };
-
-interface Sent {
-  conversationId: string;
-  content: string;
-  clientId: string;
-}
-
-/** A REST 202: where the message is stored, and whether an earlier attempt had stored it. */
-interface Ack {
-  conversationId: string;
-  seq: number;
-  duplicate: boolean;
-  round: number;
-}
 
 interface RoundFigures {
   round: number;
@@ -88,17 +74,7 @@ async function start(dataDir: string): Promise<ServerProcess> {
 }
 
 /** POST a message action; null when no answer came (the server died under it). */
-async function post(server: ServerProcess, sent: Sent) {
-  return http<{ seq: number; duplicate: boolean }>(
-    server.baseUrl,
-    'POST',
-    `/api/conversations/${sent.conversationId}/actions`,
-    {
-      action: { type: 'message', content: sent.content },
-      client_id: sent.clientId,
-    },
-  ).catch(() => null);
-}
+const post = (server: ServerProcess, sent: SentMessage) => postMessage(server.baseUrl, sent);
 
 describe('kill -9 of the server, again and again, while 50 conversations are busy', () => {
   it('keeps every acknowledged message exactly once, keeps ids dense and brings every conversation back after each of ten kills', async (ctx) => {
@@ -110,17 +86,17 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
 
     const ids = await inPool(Array.from({ length: CONVERSATIONS }), 10, () => createConversation(server.baseUrl));
     /** Every message acknowledged so far, by content. */
-    const acked = new Map<string, Ack>();
+    const acked = new Map<string, MessageAck>();
     /** Every content sent to each conversation. */
     const sent = new Map<string, Set<string>>(ids.map((id) => [id, new Set()]));
     /** Sent, but the kill hid the outcome: retried with the same client_id after the restart. */
-    let unknown: Sent[] = [];
+    let unknown: SentMessage[] = [];
     let previousLogs = new Map<string, LoggedEvent[]>();
     const figures: RoundFigures[] = [];
 
     for (let round = 1; round <= ROUNDS; round++) {
       // Activity on every conversation, and a kill -9 once enough of it is acknowledged.
-      const wave: Sent[] = [];
+      const wave: SentMessage[] = [];
       for (let m = 0; m < MESSAGES_PER_ROUND; m++) {
         for (const [c, id] of ids.entries()) {
           wave.push({
@@ -206,7 +182,7 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
       expect(badInfos, `round ${round}: conversations that did not come back`).toEqual([]);
 
       const probes = await inPool(ids, CONCURRENCY, async (id, c) => {
-        const probe: Sent = {
+        const probe: SentMessage = {
           conversationId: id,
           content: `after kill ${round}, conversation ${c}`,
           clientId: `probe-${round}-${c}`,
@@ -223,32 +199,8 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
       for (const id of ids) {
         const log = logs.get(id)!;
         const where = `round ${round}, ${id}`;
-        const badIds = idProblem(log);
-        if (badIds) problems.push(`${where}: ids not dense: ${badIds}`);
-        for (const content of duplicatedContents(log)) problems.push(`${where}: "${content}" stored twice`);
-        const counts = contentCounts(log);
-        const storedAt = new Map(userMessages(log).map((e) => [e.event.data.content, e.seq]));
-        for (const [content, ack] of acked) {
-          if (ack.conversationId !== id) continue;
-          if (counts.get(content) !== 1)
-            problems.push(
-              `${where}: "${content}" acknowledged (round ${ack.round}, seq ${ack.seq}) but stored ${counts.get(content) ?? 0} times`,
-            );
-          else if (storedAt.get(content) !== ack.seq)
-            problems.push(
-              `${where}: "${content}" acknowledged at seq ${ack.seq} but stored at ${storedAt.get(content)}`,
-            );
-        }
-        for (const m of userMessages(log))
-          if (!sent.get(id)!.has(m.event.data.content))
-            problems.push(`${where}: "${m.event.data.content}" was never sent`);
-        // Recovery retries a pending step; it must not answer a message twice.
-        const answered = new Map<number, number>();
-        for (const e of log)
-          if (e.event.source === 'agent' && e.event.type === 'message' && e.event.cause !== undefined)
-            answered.set(e.event.cause, (answered.get(e.event.cause) ?? 0) + 1);
-        for (const [cause, n] of answered)
-          if (n > 1) problems.push(`${where}: ${n} agent messages answer event #${cause}`);
+        const before = previousLogs.get(id) ?? [];
+        problems.push(...crashLogProblems(where, log, { conversationId: id, acked, sent: sent.get(id)!, before }));
         // Every event frame a watcher got before the kill is in the log, the same event at the same seq.
         for (const { ws } of watchers.filter((w) => w.id === id)) {
           const bySeq = new Map(log.map((e) => [e.seq, e.event]));
@@ -259,10 +211,6 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
           if (ws.invalid.length > 0)
             problems.push(`${where}: invalid frames ${JSON.stringify(ws.invalid).slice(0, 300)}`);
         }
-        // The log only grows: what was there after the last restart is still there, unchanged.
-        const before = previousLogs.get(id) ?? [];
-        if (JSON.stringify(log.slice(0, before.length)) !== JSON.stringify(before))
-          problems.push(`${where}: the log changed below its previous end:\n${describeLog(log)}`);
       }
       expect(problems).toEqual([]);
       const midTask = ids.filter((id) => {

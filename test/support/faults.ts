@@ -1,6 +1,6 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import type { AgentState, LoggedEvent } from '../../src/protocol/index.ts';
-import { allEvents, http, type ServerExit, type ServerProcess } from './serverProcess.ts';
+import { allEvents, http, type HttpResult, type ServerExit, type ServerProcess } from './serverProcess.ts';
 import { repliesTo } from './logQueries.ts';
 import type { WsClient } from './wsClient.ts';
 
@@ -154,6 +154,84 @@ export async function untilQuiet(
   throw new Error(
     `conversations did not settle within ${timeoutMs} ms: ${describe.join('; ') || 'their logs kept moving'}`,
   );
+}
+
+/** A user message a client sends with a client_id, so that sending it again stores it once. */
+export interface SentMessage {
+  conversationId: string;
+  content: string;
+  clientId: string;
+}
+
+/** A REST 202 for a message: where it is stored, and whether an earlier attempt had stored it. */
+export interface MessageAck {
+  conversationId: string;
+  seq: number;
+  duplicate: boolean;
+  round: number;
+}
+
+/** POST a message action with its client_id; null when no answer came (the server died under it). */
+export function postMessage(
+  baseUrl: string,
+  sent: SentMessage,
+): Promise<HttpResult<{ seq: number; duplicate: boolean }> | null> {
+  return http<{ seq: number; duplicate: boolean }>(
+    baseUrl,
+    'POST',
+    `/api/conversations/${sent.conversationId}/actions`,
+    {
+      action: { type: 'message', content: sent.content },
+      client_id: sent.clientId,
+    },
+  ).catch(() => null);
+}
+
+/** What a conversation's log must show after kills, compared with what its clients sent and were told. */
+export interface LogExpectations {
+  conversationId: string;
+  /** Every message acknowledged so far (of any conversation), by content. */
+  acked: ReadonlyMap<string, MessageAck>;
+  /** Every content sent to this conversation, acknowledged or not. */
+  sent: ReadonlySet<string>;
+  /** The log as read after the previous kill: it may only have grown since. */
+  before: readonly LoggedEvent[];
+}
+
+/**
+ * What is wrong with a conversation's log after a crash, one line each, prefixed
+ * with `where`: ids not dense, a message stored twice, an acknowledged message not
+ * stored exactly once at its acknowledged seq, a message stored that was never sent,
+ * two agent messages answering one event, or a change below the previous end.
+ */
+export function crashLogProblems(where: string, log: readonly LoggedEvent[], expected: LogExpectations): string[] {
+  const problems: string[] = [];
+  const badIds = idProblem(log);
+  if (badIds) problems.push(`${where}: ids not dense: ${badIds}`);
+  for (const content of duplicatedContents(log)) problems.push(`${where}: "${content}" stored twice`);
+  const counts = contentCounts(log);
+  const storedAt = new Map(userMessages(log).map((e) => [e.event.data.content, e.seq]));
+  for (const [content, ack] of expected.acked) {
+    if (ack.conversationId !== expected.conversationId) continue;
+    if (counts.get(content) !== 1)
+      problems.push(
+        `${where}: "${content}" acknowledged (round ${ack.round}, seq ${ack.seq}) but stored ${counts.get(content) ?? 0} times`,
+      );
+    else if (storedAt.get(content) !== ack.seq)
+      problems.push(`${where}: "${content}" acknowledged at seq ${ack.seq} but stored at ${storedAt.get(content)}`);
+  }
+  for (const m of userMessages(log))
+    if (!expected.sent.has(m.event.data.content)) problems.push(`${where}: "${m.event.data.content}" was never sent`);
+  // Recovery retries a pending step; it must not answer a message twice.
+  const answered = new Map<number, number>();
+  for (const e of log)
+    if (e.event.source === 'agent' && e.event.type === 'message' && e.event.cause !== undefined)
+      answered.set(e.event.cause, (answered.get(e.event.cause) ?? 0) + 1);
+  for (const [cause, n] of answered) if (n > 1) problems.push(`${where}: ${n} agent messages answer event #${cause}`);
+  // The log only grows: what was there after the last restart is still there, unchanged.
+  if (JSON.stringify(log.slice(0, expected.before.length)) !== JSON.stringify(expected.before))
+    problems.push(`${where}: the log changed below its previous end:\n${describeLog(log)}`);
+  return problems;
 }
 
 /** One line per event, for assertion messages. */
