@@ -89,6 +89,7 @@ export class ClusterOwnership implements Ownership {
   #ticker: NodeJS.Timeout | null = null;
   #lapseTimer: NodeJS.Timeout | null = null;
   #ticking: Promise<void> = Promise.resolve();
+  #listing: Promise<void> | null = null;
   /** Set by a drain: this node claims nothing more. */
   #leaving = false;
   /** Takeovers of a dead node's conversations by this node. */
@@ -120,6 +121,7 @@ export class ClusterOwnership implements Ownership {
     if (this.#lapseTimer) clearTimeout(this.#lapseTimer);
     this.#lapseTimer = null;
     await this.#ticking;
+    await this.#listing;
     if (options.leave) await this.#store.leave(this.nodeId).catch(() => undefined);
     this.#validUntil = Number.NEGATIVE_INFINITY;
   }
@@ -201,10 +203,15 @@ export class ClusterOwnership implements Ownership {
     this.#held.delete(conversationId);
   }
 
+  /**
+   * One renewal, then (apart, so that a slow listing never holds the next
+   * renewal back) a look at which nodes are gone. Each waits half a lease at
+   * most: a renewal that does not come back in time is as good as failed.
+   */
   async #tick(): Promise<void> {
     if (!this.leaseValid() && !this.#lapsed) this.#lapse();
     try {
-      await this.#beat();
+      await within(this.leaseMs / 2, this.#beat(), 'renewing the heartbeat');
     } catch (err) {
       this.#logger.warn('heartbeat not renewed', errorFields(err));
       return;
@@ -214,8 +221,14 @@ export class ClusterOwnership implements Ownership {
       this.#logger.warn('lease renewed after a lapse: looking for unfinished conversations');
       this.#events?.recover('lease renewed');
     }
+    this.#listing ??= this.#look().finally(() => {
+      this.#listing = null;
+    });
+  }
+
+  async #look(): Promise<void> {
     try {
-      const now = new Set(await this.#store.nodes());
+      const now = new Set(await within(this.leaseMs / 2, this.#store.nodes(), 'listing the nodes'));
       const gone = [...this.#known].filter((node) => !now.has(node));
       this.#known = now;
       if (gone.length > 0) {
@@ -247,4 +260,13 @@ export class ClusterOwnership implements Ownership {
     this.#held.clear();
     this.#events?.lapsed();
   }
+}
+
+/** The promise's value, or a rejection once `ms` passed (the work itself goes on, unwatched). */
+function within<T>(ms: number, work: Promise<T>, doing: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${doing} took more than ${Math.round(ms)} ms`)), ms);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }

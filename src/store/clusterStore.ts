@@ -1,5 +1,11 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
+import {
+  jetstreamManager,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  StorageType,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import { z } from 'zod';
 import { assertConversationId } from './assertConversationId.ts';
@@ -65,14 +71,26 @@ function isWrongLastSequence(err: unknown): boolean {
 export class KvClusterStore implements ClusterStore {
   #nodes: KV;
   readonly #owners: KV;
+  readonly #jsm: JetStreamManager;
+  readonly #nodesBucket: string;
   readonly #reopenNodes: () => Promise<KV>;
   #reopen = false;
 
   /** `reopenNodes` makes the heartbeat bucket again, after a failed renewal (a nats-server that lost it). */
-  constructor(nodes: KV, owners: KV, reopenNodes: () => Promise<KV>) {
-    this.#nodes = nodes;
-    this.#owners = owners;
+  constructor(
+    buckets: { nodes: KV; owners: KV; nodesBucket: string },
+    jsm: JetStreamManager,
+    reopenNodes: () => Promise<KV>,
+  ) {
+    this.#nodes = buckets.nodes;
+    this.#owners = buckets.owners;
+    this.#nodesBucket = buckets.nodesBucket;
+    this.#jsm = jsm;
     this.#reopenNodes = reopenNodes;
+  }
+
+  get #stream(): string {
+    return `KV_${this.#nodesBucket}`;
   }
 
   async beat(beat: NodeBeat): Promise<void> {
@@ -91,7 +109,8 @@ export class KvClusterStore implements ClusterStore {
 
   async leave(nodeId: string): Promise<void> {
     try {
-      await this.#nodes.purge(beatKey(nodeId));
+      // A stream purge of the key's subject leaves no marker behind: the node is gone from the listing at once.
+      await this.#jsm.streams.purge(this.#stream, { filter: `$KV.${this.#nodesBucket}.${beatKey(nodeId)}` });
     } catch (err) {
       throw toStoreError(err, 'removing the heartbeat');
     }
@@ -107,12 +126,14 @@ export class KvClusterStore implements ClusterStore {
   }
 
   async nodes(): Promise<string[]> {
+    // The stream's subjects, from its leader. (A KV key listing is a consumer that waits for every message
+    // it counted at its start, and heartbeats age out meanwhile: it could wait for ever.)
+    const prefix = `$KV.${this.#nodesBucket}.n.`;
     try {
-      const found: string[] = [];
-      for await (const key of await this.#nodes.keys('n.*')) {
-        found.push(Buffer.from(key.slice(2), 'base64url').toString());
-      }
-      return found;
+      const info = await this.#jsm.streams.info(this.#stream, { subjects_filter: `${prefix}*` });
+      return Object.keys(info.state.subjects ?? {}).map((subject) =>
+        Buffer.from(subject.slice(prefix.length), 'base64url').toString(),
+      );
     } catch (err) {
       throw toStoreError(err, 'listing the nodes');
     }
@@ -179,8 +200,9 @@ export interface KvClusterStoreOptions {
  */
 export async function kvClusterStore(nc: NatsConnection, options: KvClusterStoreOptions): Promise<KvClusterStore> {
   const kvm = new Kvm(nc);
+  const nodesBucket = options.nodesBucket ?? DEFAULT_NODES_BUCKET;
   const openNodes = () =>
-    kvm.create(options.nodesBucket ?? DEFAULT_NODES_BUCKET, {
+    kvm.create(nodesBucket, {
       history: 1,
       storage: StorageType.File,
       ttl: options.leaseMs,
@@ -195,7 +217,7 @@ export async function kvClusterStore(nc: NatsConnection, options: KvClusterStore
         allow_direct: false,
       }),
     ]);
-    return new KvClusterStore(nodes, owners, openNodes);
+    return new KvClusterStore({ nodes, owners, nodesBucket }, await jetstreamManager(nc), openNodes);
   } catch (err) {
     throw toStoreError(err, 'opening the cluster buckets');
   }
