@@ -76,6 +76,32 @@ describe('ownership in a cluster', () => {
     expect(recoveries).toContain('lease renewed');
   });
 
+  it('a listing of the nodes that hangs delays no heartbeat: the lease holds, and a later listing sees a node gone', async () => {
+    const store = memoryClusterStore(LEASE);
+    let hanging = false;
+    const stuck: ClusterStore = {
+      ...store,
+      // Seen on a loaded cluster: the key listing of the heartbeat bucket did not end for many seconds.
+      nodes: () => (hanging ? new Promise<string[]>(() => undefined) : store.nodes()),
+    };
+    let lapses = 0;
+    const recoveries: string[] = [];
+    const a = await node(stuck, 'a', { lapsed: () => (lapses += 1), recover: (why) => recoveries.push(why) });
+    const b = await node(store, 'b');
+    await a.claimNew('conv1');
+    await sleep(LEASE / 2); // a has listed b
+    hanging = true;
+    await b.stop({ leave: false });
+    await sleep(LEASE * 3);
+    expect(lapses).toBe(0);
+    expect(a.leaseValid()).toBe(true);
+    expect(await store.alive('a')).toBe(true);
+    expect(await a.route('conv1')).toEqual({ local: true });
+    hanging = false;
+    await sleep(LEASE * 2);
+    expect(recoveries).toEqual(['node b gone']);
+  });
+
   it('a drained node leaves at once: its released conversations go to the next node that asks', async () => {
     const store = memoryClusterStore(LEASE);
     const a = await node(store, 'a');
