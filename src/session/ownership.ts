@@ -107,7 +107,7 @@ export class ClusterOwnership implements Ownership {
   async start(events: OwnershipEvents): Promise<void> {
     this.#events = events;
     await this.#beat();
-    this.#known = new Set(await this.#store.nodes());
+    this.#known = new Set(await within(this.leaseMs, this.#store.nodes(), 'listing the nodes'));
     this.#ticker = setInterval(() => {
       this.#ticking = this.#ticking.then(() => this.#tick());
     }, this.leaseMs / 4);
@@ -244,12 +244,18 @@ export class ClusterOwnership implements Ownership {
     const sentAt = this.#now();
     await this.#store.beat({ node_id: this.nodeId, started_at: this.#startedAt });
     this.#validUntil = Math.max(this.#validUntil, sentAt + this.leaseMs * TRUSTED_SHARE);
+    this.#armLapse();
+  }
+
+  /** A timer at the end of the trusted lease; one that fires a moment early (timers may) is armed again. */
+  #armLapse(): void {
     if (this.#lapseTimer) clearTimeout(this.#lapseTimer);
     this.#lapseTimer = setTimeout(
       () => {
-        if (!this.leaseValid() && !this.#lapsed) this.#lapse();
+        if (this.leaseValid()) this.#armLapse();
+        else if (!this.#lapsed) this.#lapse();
       },
-      Math.max(0, this.#validUntil - this.#now()),
+      Math.max(1, this.#validUntil - this.#now()),
     );
     this.#lapseTimer.unref();
   }
