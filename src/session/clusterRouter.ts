@@ -14,10 +14,9 @@ export interface RouterHost {
   /** The conversation's session in this process, if it is live here. */
   live(conversationId: string): Session | undefined;
   liveSessions(): Iterable<Session>;
-  /** Rejects with ConversationNotFoundError unless the user has this conversation. */
-  owned(conversationId: string, user: string): Promise<unknown>;
-  /** Applies an action to the session here (brought back when needed). */
+  /** Applies an action to the session here (claimed and brought back when needed); NotOwnerError when another node owns it. */
   actHere(conversationId: string, user: string, action: UserAction, clientId: string): Promise<SubmitResult>;
+  /** Deletes the conversation here (claimed when needed); NotOwnerError when another node owns it. */
   deleteHere(conversationId: string, user: string): Promise<void>;
   passivate(conversationId: string, reason: PassivationReason): Promise<void>;
   notify(conversationId: string, frame: StatusFrame): void;
@@ -55,30 +54,31 @@ export class ClusterRouter {
   }
 
   /**
-   * Runs `here` when this node owns the conversation, else sends `request`
-   * to the owner. An owner that is gone, or moved, is asked again, for up to
-   * three leases. `here` is told whether the request was forwarded before
-   * (its id must then be used: the first attempt may have been stored).
+   * Runs `here`, which claims the conversation when it is free (or its
+   * owner's heartbeat lapsed) and says NotOwnerError when another node owns
+   * it: `request()` then goes to that node. An owner that is gone, or moved,
+   * is asked again, for up to three leases. `here` is told whether the
+   * request was forwarded before (its id must then be used: the first
+   * attempt may have been stored).
    */
   async routed(
     conversationId: string,
-    user: string,
-    request: ForwardRequest,
+    request: () => ForwardRequest,
     here: (afterForward: boolean) => Promise<SubmitResult>,
   ): Promise<SubmitResult> {
-    const ownership = this.#ownership;
-    if (!ownership.clustered || !this.#bus) return here(false);
-    if (!this.#isLive(conversationId)) await this.#host.owned(conversationId, user);
+    if (!this.#ownership.clustered || !this.#bus) return here(false);
     const lease = this.#leaseMs;
     const until = performance.now() + 3 * lease;
     let forwarded = false;
     for (;;) {
       try {
-        if (this.#isLive(conversationId) && ownership.leaseValid()) return await here(forwarded);
-        const route = await ownership.route(conversationId);
-        if (route.local) return await here(forwarded);
-        forwarded = true;
-        return resultOf(conversationId, await this.#bus.request(route.node, request, lease));
+        try {
+          return await here(forwarded);
+        } catch (err) {
+          if (!(err instanceof NotOwnerError) || err.node === null) throw err;
+          forwarded = true;
+          return resultOf(conversationId, await this.#bus.request(err.node, request(), lease));
+        }
       } catch (err) {
         if (!isRetryable(err) || performance.now() > until) throw err;
         await new Promise((resolve) => setTimeout(resolve, lease / 8));
@@ -98,8 +98,7 @@ export class ClusterRouter {
         if (this.#isLive(id)) await this.#host.passivate(id, request.reason);
         return { ok: true };
       }
-      const route = this.#isLive(id) ? { local: true as const } : await this.#ownership.route(id);
-      if (!route.local) throw new NotOwnerError(id, route.node);
+      // Each says NotOwnerError when the conversation moved on from this node: the sender asks again.
       if (request.op === 'act')
         return { ok: true, ...(await this.#host.actHere(id, request.user, request.action, request.client_id)) };
       await this.#host.deleteHere(id, request.user);

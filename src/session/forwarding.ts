@@ -5,10 +5,12 @@ import { NodeUnreachableError } from '../store/index.ts';
 import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { LeaseLapsedError } from './ownership.ts';
 
-/** The node asked does not own the conversation (it moved meanwhile): ask the owner again. */
+/** Another node owns the conversation (`node`, when known): the request goes there, or is asked again. */
 export class NotOwnerError extends TetherError {
-  constructor(conversationId: string, owner: string) {
-    super('NOT_OWNER', `conversation ${conversationId} is owned by node ${owner}`);
+  readonly node: string | null;
+  constructor(conversationId: string, node: string | null) {
+    super('NOT_OWNER', `conversation ${conversationId} is owned by ${node === null ? 'another node' : `node ${node}`}`);
+    this.node = node;
   }
 }
 
@@ -58,7 +60,7 @@ export function resultOf(conversationId: string, answer: unknown): { seq: number
     case 'NODE_LEASE_LAPSED':
     case 'NODE_DRAINING':
       // Both mean: ask again, the owner may have changed.
-      throw new NotOwnerError(conversationId, message);
+      throw new NotOwnerError(conversationId, null);
     case 'NODE_UNREACHABLE':
       throw new NodeUnreachableError(conversationId, message);
     case 'INTERNAL':

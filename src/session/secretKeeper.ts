@@ -41,9 +41,8 @@ export class SecretKeeper {
     if (this.#sealed === 'refuse' && Object.keys(secrets).length > 0) throw new SecretsNeedKeyError();
   }
 
-  /** A new conversation's secrets: held, and sealed when there is a store. */
+  /** A new conversation's secrets (`check`ed already): held, and sealed when there is a store. */
   async keep(conversationId: string, secrets: Record<string, string>): Promise<void> {
-    this.check(secrets);
     const store = this.#store();
     if (store && Object.keys(secrets).length > 0) await store.put(conversationId, secrets);
     this.#held.set(conversationId, secrets);

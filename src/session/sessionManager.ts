@@ -16,7 +16,7 @@ import { ConversationReads, type ConnectPoint, type ConversationPage } from './c
 import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
 import { ClusterRouter } from './clusterRouter.ts';
 import { NotOwnerError, type ForwardRequest } from './forwarding.ts';
-import { ClusterOwnership, soloOwnership, type Ownership } from './ownership.ts';
+import { ClusterOwnership, LeaseLapsedError, soloOwnership, type Ownership } from './ownership.ts';
 import { loadSessionState } from './loadSession.ts';
 import { PassivationPolicy } from './passivationPolicy.ts';
 import { maskingLogger } from './secretMasker.ts';
@@ -93,7 +93,6 @@ export class SessionManager {
       {
         live: (id) => this.#live.get(id),
         liveSessions: () => this.#live.values(),
-        owned: (id, user) => this.#reads.owned(id, user),
         actHere: (id, user, action, clientId) => this.#actHere(id, user, action, clientId),
         deleteHere: (id, user) => this.#deleteHere(id, user),
         passivate: (id, reason) => this.passivate(id, reason),
@@ -171,6 +170,8 @@ export class SessionManager {
     const live = this.#live.get(conversationId);
     if (live && !live.closed) {
       if (live.owner !== user) throw new ConversationNotFoundError(conversationId);
+      // A session left from before a lapse is no longer this node's to run (it is being dropped).
+      if (!this.#ownership.leaseValid()) throw new LeaseLapsedError(this.#ownership.nodeId);
       return live;
     }
     const entry = await this.#reads.owned(conversationId, user);
@@ -201,10 +202,12 @@ export class SessionManager {
   /** Applies a user action. An action that meets its session leaving memory waits and goes to the one that comes back. */
   async act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<SubmitResult> {
     // A forwarded action carries an id, so that sending it again (its owner died or moved) stores it once.
-    const forwardId = clientId ?? `fwd-${randomUUID()}`;
-    const request: ForwardRequest = { op: 'act', conversation_id: conversationId, user, action, client_id: forwardId };
-    return this.#router.routed(conversationId, user, request, (afterForward) =>
-      this.#actHere(conversationId, user, action, afterForward ? forwardId : clientId),
+    let forwardId: string | undefined;
+    const idOf = () => (forwardId ??= clientId ?? `fwd-${randomUUID()}`);
+    return this.#router.routed(
+      conversationId,
+      () => ({ op: 'act', conversation_id: conversationId, user, action, client_id: idOf() }),
+      (afterForward) => this.#actHere(conversationId, user, action, afterForward ? idOf() : clientId),
     );
   }
 
@@ -253,8 +256,8 @@ export class SessionManager {
    * and record. The workspace stays.
    */
   async delete(conversationId: string, user: string): Promise<void> {
-    const request: ForwardRequest = { op: 'delete', conversation_id: conversationId, user };
-    await this.#router.routed(conversationId, user, request, async () => {
+    const request = (): ForwardRequest => ({ op: 'delete', conversation_id: conversationId, user });
+    await this.#router.routed(conversationId, request, async () => {
       await this.#deleteHere(conversationId, user);
       return { seq: 0, duplicate: false };
     });
@@ -262,6 +265,11 @@ export class SessionManager {
 
   async #deleteHere(conversationId: string, user: string): Promise<void> {
     await this.#reads.owned(conversationId, user);
+    if (!this.isLive(conversationId)) {
+      // session_closed is written here: this node must own the conversation (it claims it when free).
+      const route = await this.#claimStep(conversationId, () => this.#ownership.route(conversationId));
+      if (!route.local) throw new NotOwnerError(conversationId, route.node);
+    }
     // A load or a passivation under way finishes first: one session writes the end.
     await this.#loading.get(conversationId)?.catch(() => undefined);
     await this.#leaving.get(conversationId);

@@ -4,20 +4,13 @@ import { silentLogger } from '../../src/logger.ts';
 import { ClusterOwnership, type SessionManager } from '../../src/session/index.ts';
 import { memoryClusterBus, memoryClusterStore, memoryStores } from '../../src/store/index.ts';
 import { memoryManager } from '../support/memoryManager.ts';
+import { until } from '../support/until.ts';
 
 const LEASE = 1_000;
 const managers: SessionManager[] = [];
 afterEach(async () => {
   await Promise.all(managers.splice(0).map((m) => m.shutdown()));
 });
-
-async function until(check: () => Promise<boolean> | boolean, what: string, ms = 5_000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!(await check())) {
-    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
 
 describe('the per-user running cap across a cluster', () => {
   it("a conversation that starts running on one node sends the user's oldest running one on another node out of memory", async () => {

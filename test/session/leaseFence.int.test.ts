@@ -4,20 +4,13 @@ import { ClusterOwnership, SessionClosedError, type SessionManager } from '../..
 import { memoryClusterBus, memoryClusterStore, memoryStores } from '../../src/store/index.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
 import { memoryManager } from '../support/memoryManager.ts';
+import { until } from '../support/until.ts';
 
 const LEASE = 1_000;
 const managers: SessionManager[] = [];
 afterEach(async () => {
   await Promise.all(managers.splice(0).map((m) => m.shutdown()));
 });
-
-async function until(check: () => Promise<boolean> | boolean, what: string, ms = 5_000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!(await check())) {
-    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
 
 describe('a node whose lease may have lapsed', () => {
   it('appends nothing and starts no effect, drops its sessions, and takes back its unfinished ones once its heartbeat is renewed', async () => {

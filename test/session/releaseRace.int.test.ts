@@ -11,6 +11,7 @@ import {
 } from '../../src/store/index.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
 import { memoryManager } from '../support/memoryManager.ts';
+import { until } from '../support/until.ts';
 
 const LEASE = 1_000;
 /**
@@ -23,14 +24,6 @@ const managers: SessionManager[] = [];
 afterEach(async () => {
   await Promise.all(managers.splice(0).map((m) => m.shutdown()));
 });
-
-async function until(check: () => Promise<boolean> | boolean, what: string, ms = 5_000): Promise<void> {
-  const end = performance.now() + ms;
-  while (!(await check())) {
-    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
 
 interface Cluster {
   store: ClusterStore;
