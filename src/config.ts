@@ -19,6 +19,9 @@ export const ConfigSchema = z.object({
     .regex(/^[A-Za-z0-9_.-]{1,64}$/, 'use 1-64 letters, digits, dots, dashes or underscores')
     .optional(),
   TETHER_LEASE_MS: z.coerce.number().int().min(200).default(5_000),
+  TETHER_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+  TETHER_PUBLIC_URL: z.url({ protocol: /^https?$/ }).optional(),
+  TETHER_NATS_START_TIMEOUT_MS: positiveInt.default(30_000),
   TETHER_WORKSPACES_DIR: z.string().min(1).optional(),
   TETHER_SECRETS_KEY: z.string().min(1).optional(),
   NATS_SERVER_BIN: z.string().min(1).optional(),
@@ -58,6 +61,12 @@ export interface Config {
   /** This node's name in the cluster; undefined: the one kept in the data dir, generated the first time. */
   nodeId: string | undefined;
   leaseMs: number;
+  /** Replicas of the event stream and of every bucket (JetStream allows 1 to 5). */
+  replicas: number;
+  /** How other nodes and `GET /api/cluster` name this node; undefined: from the host and port it listens on. */
+  publicUrl: string | undefined;
+  /** How long a start waits for JetStream to answer (a cluster still electing its leaders). */
+  natsStartTimeoutMs: number;
   workspacesDir: string;
   /** The key conversation secrets are sealed with (AES-256-GCM), or undefined. */
   secretsKey: Buffer | undefined;
@@ -103,6 +112,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
   const c = parsed.data;
+  if (c.TETHER_REPLICAS > 1 && c.NATS_URL === undefined) {
+    throw new ConfigError(
+      `invalid configuration:\n  TETHER_REPLICAS: ${c.TETHER_REPLICAS} replicas need a NATS cluster of at least that many servers in NATS_URL; the embedded nats-server (NATS_URL unset) is one server: use 1`,
+    );
+  }
   return {
     host: c.TETHER_HOST,
     port: c.TETHER_PORT,
@@ -110,6 +124,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     natsUrl: c.NATS_URL,
     nodeId: c.TETHER_NODE_ID,
     leaseMs: c.TETHER_LEASE_MS,
+    replicas: c.TETHER_REPLICAS,
+    publicUrl: c.TETHER_PUBLIC_URL?.replace(/\/+$/, ''),
+    natsStartTimeoutMs: c.TETHER_NATS_START_TIMEOUT_MS,
     secretsKey: parseKeyOrThrow(c.TETHER_SECRETS_KEY),
     workspacesDir: resolve(c.TETHER_WORKSPACES_DIR ?? join(c.TETHER_DATA_DIR, 'workspaces')),
     natsServerBin: c.NATS_SERVER_BIN,

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,6 +17,8 @@ import {
   kvSecretStore,
   natsAnswers,
   natsClusterBus,
+  passesWithTime,
+  StoreSettingsError,
   watchConnection,
   type NatsConnection,
 } from '../store/index.ts';
@@ -23,6 +26,7 @@ import { createTether, type Tether } from '../tether.ts';
 import { serveNats, type ServeNats } from './serveNats.ts';
 
 const SHUTDOWN_BUDGET_MS = 10_000;
+const START_RETRY_MS = 500;
 
 /**
  * The composition root: reads the configuration, takes its port, starts or
@@ -48,7 +52,9 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     nats = await serveNats(config, logger, env.PATH);
     undo.unshift(() => nats.stop());
     const url = nats.url;
-    nc = await connectNats(url, { name: 'tether' }).catch((err: unknown) => {
+    const nodeId = config.nodeId ?? (await keptNodeId(config.dataDir));
+    // Named by node, so that `nats server report connections` and /connz tell the nodes apart.
+    nc = await connectNats(url, { name: `tether ${nodeId}` }).catch((err: unknown) => {
       throw new Error(`cannot reach NATS at ${url}: ${errorFields(err).error}`, { cause: err });
     });
     const connection = nc;
@@ -58,9 +64,19 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
       natsReady = connected;
     });
-    const nodeId = config.nodeId ?? (await keptNodeId(config.dataDir));
+    const { replicas } = config;
+    const opened = await whileJetStreamStarts(config, logger, async () => ({
+      stores: await jetStreamStores(connection, { replicas }),
+      // Sealed where every node reads them; a shared NATS without a key refuses secrets (another node could not use them).
+      secrets: config.secretsKey
+        ? await kvSecretStore(connection, { key: config.secretsKey, replicas })
+        : config.natsUrl
+          ? ('refuse' as const)
+          : undefined,
+      cluster: await kvClusterStore(connection, { leaseMs: config.leaseMs, replicas }),
+    }));
     tether = createTether({
-      stores: await jetStreamStores(nc),
+      stores: opened.stores,
       runtimes: localRuntimeProvider({
         workspaceRoot: config.workspacesDir,
         commandTimeoutMs: config.commandTimeoutMs,
@@ -68,17 +84,12 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         // A frozen node's commands die within half a lease, before another node can take the conversation.
         heartbeatTimeoutMs: config.leaseMs / 2,
       }),
-      // Sealed where every node reads them; a shared NATS without a key refuses secrets (another node could not use them).
-      secrets: config.secretsKey
-        ? await kvSecretStore(nc, { key: config.secretsKey })
-        : config.natsUrl
-          ? 'refuse'
-          : undefined,
+      secrets: opened.secrets,
       // Every node on one NATS is one cluster: ownership by heartbeat and owner records.
       cluster: {
         nodeId,
         leaseMs: config.leaseMs,
-        store: await kvClusterStore(nc, { leaseMs: config.leaseMs }),
+        store: opened.cluster,
         bus: natsClusterBus(nc),
       },
       agent: agentOf(config, logger),
@@ -147,6 +158,34 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     });
     process.on('unhandledRejection', (err) => logger.error('unhandled rejection', errorFields(err)));
   });
+}
+
+/**
+ * Runs `open` (creating or updating the stream and buckets) again while
+ * JetStream does not answer yet or its cluster is still forming (a node started
+ * beside its nats-servers), for up to TETHER_NATS_START_TIMEOUT_MS. Settings
+ * NATS refuses name the variable behind them.
+ */
+async function whileJetStreamStarts<T>(config: Config, logger: Logger, open: () => Promise<T>): Promise<T> {
+  const deadline = performance.now() + config.natsStartTimeoutMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await open();
+    } catch (err) {
+      if (!passesWithTime(err) || performance.now() + START_RETRY_MS >= deadline) throw settingsNamed(err, config);
+      if (attempt === 1) logger.warn('waiting for JetStream', { reason: errorFields(err).error });
+      await sleep(START_RETRY_MS);
+    }
+  }
+}
+
+function settingsNamed(err: unknown, config: Config): unknown {
+  if (!(err instanceof StoreSettingsError)) return err;
+  const variable =
+    err.setting === 'replicas'
+      ? `TETHER_REPLICAS=${config.replicas} (at most the number of nats-servers in the cluster; 1 on a single server)`
+      : `TETHER_LEASE_MS=${config.leaseMs} (the heartbeat bucket's TTL; every node must use the same lease)`;
+  return new Error(`${variable}: ${err.message}`, { cause: err });
 }
 
 /**

@@ -1,15 +1,10 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import {
-  jetstreamManager,
-  JetStreamApiCodes,
-  JetStreamApiError,
-  StorageType,
-  type JetStreamManager,
-} from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import { jetstreamManager, JetStreamApiCodes, JetStreamApiError, type JetStreamManager } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
 import { z } from 'zod';
 import { assertConversationId } from './assertConversationId.ts';
 import { toStoreError } from './natsErrors.ts';
+import { openBucket, type Replication } from './streamSettings.ts';
 
 export const DEFAULT_NODES_BUCKET = 'tether_nodes';
 export const DEFAULT_OWNERS_BUCKET = 'tether_owners';
@@ -187,7 +182,7 @@ function safeJson(read: () => unknown): unknown {
   }
 }
 
-export interface KvClusterStoreOptions {
+export interface KvClusterStoreOptions extends Replication {
   /** A heartbeat ages out this long after its last renewal. */
   leaseMs: number;
   nodesBucket?: string;
@@ -199,23 +194,14 @@ export interface KvClusterStoreOptions {
  * read without direct get, so every read is answered by the stream leader.
  */
 export async function kvClusterStore(nc: NatsConnection, options: KvClusterStoreOptions): Promise<KvClusterStore> {
-  const kvm = new Kvm(nc);
   const nodesBucket = options.nodesBucket ?? DEFAULT_NODES_BUCKET;
-  const openNodes = () =>
-    kvm.create(nodesBucket, {
-      history: 1,
-      storage: StorageType.File,
-      ttl: options.leaseMs,
-      allow_direct: false,
-    });
+  const { replicas } = options;
+  // The heartbeats' TTL is the lease: a start brings it to this node's TETHER_LEASE_MS.
+  const openNodes = () => openBucket(nc, nodesBucket, { replicas, ttlMs: options.leaseMs, allowDirect: false });
   try {
     const [nodes, owners] = await Promise.all([
       openNodes(),
-      kvm.create(options.ownersBucket ?? DEFAULT_OWNERS_BUCKET, {
-        history: 1,
-        storage: StorageType.File,
-        allow_direct: false,
-      }),
+      openBucket(nc, options.ownersBucket ?? DEFAULT_OWNERS_BUCKET, { replicas, allowDirect: false }),
     ]);
     return new KvClusterStore({ nodes, owners, nodesBucket }, await jetstreamManager(nc), openNodes);
   } catch (err) {

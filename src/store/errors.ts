@@ -39,3 +39,25 @@ export class SecretsUnsealError extends TetherError {
     this.conversationId = conversationId;
   }
 }
+
+/**
+ * A stream or bucket's settings differ from the configuration and NATS refused
+ * to change them (more replicas than servers, replicas on a single server).
+ * `setting` says which: the edge names the variable behind it.
+ */
+export class StoreSettingsError extends TetherError {
+  readonly stream: string;
+  readonly setting: 'replicas' | 'ttl';
+  constructor(
+    stream: string,
+    setting: 'replicas' | 'ttl',
+    have: string,
+    wanted: string,
+    reason: string,
+    options?: { cause?: unknown },
+  ) {
+    super('STORE_SETTINGS', `${stream}: ${setting} ${have}, configured ${wanted}; NATS refused: ${reason}`, options);
+    this.stream = stream;
+    this.setting = setting;
+  }
+}

@@ -19,7 +19,9 @@ export {
   type EntryPage,
   type ListPosition,
 } from './conversationStore.ts';
-export { SecretsUnsealError, StoreUnavailableError, VersionConflictError } from './errors.ts';
+export { SecretsUnsealError, StoreSettingsError, StoreUnavailableError, VersionConflictError } from './errors.ts';
+export { passesWithTime } from './natsErrors.ts';
+export { openBucket, reconcileStream, type BucketOptions, type Replication } from './streamSettings.ts';
 
 export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
 export {

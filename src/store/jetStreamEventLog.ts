@@ -22,15 +22,18 @@ import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
 import { JetStreamFollower } from './jetStreamFollower.ts';
 import { JetStreamPublisher } from './jetStreamPublisher.ts';
-import { DEFAULT_STREAM, DEFAULT_SUBJECT_PREFIX, ensureEventStream, pullBytes, subjectFor } from './natsConnection.ts';
+import {
+  DEFAULT_STREAM,
+  DEFAULT_SUBJECT_PREFIX,
+  ensureEventStream,
+  pullBytes,
+  subjectFor,
+  type EventStreamOptions,
+} from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
 
-export interface JetStreamEventLogOptions {
-  /** Stream name (default `TETHER_EVENTS`). */
-  stream?: string;
-  /** Subjects are `<subjectPrefix>.<conversationId>.events` (default `tether.conv`). */
-  subjectPrefix?: string;
-}
+/** Stream name (default `TETHER_EVENTS`), subject prefix (default `tether.conv`) and replicas (default 1). */
+export type JetStreamEventLogOptions = EventStreamOptions;
 
 /** A read that receives nothing for this long while messages are pending means the subject was purged under us. */
 const READ_STALL_MS = 10_000;

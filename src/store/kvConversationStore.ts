@@ -1,6 +1,7 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import { Kvm, type KV } from '@nats-io/kv';
-import { jetstream, jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { openBucket, type Replication } from './streamSettings.ts';
 import type { ZodType } from 'zod';
 import { entryKey, isLegacyKey, MARKER_PREFIX, markerKey, userPrefix } from './conversationKeys.ts';
 import { pageOf } from './conversationOrder.ts';
@@ -18,7 +19,7 @@ import { scanKv, type KvScanDeps } from './kvScan.ts';
 
 export const DEFAULT_CONVERSATION_BUCKET = 'tether_conversations';
 
-export interface KvConversationStoreOptions {
+export interface KvConversationStoreOptions extends Replication {
   /** KV bucket name (default `tether_conversations`). */
   bucket?: string;
 }
@@ -180,7 +181,7 @@ export async function kvConversationStore(
   const bucket = options.bucket ?? DEFAULT_CONVERSATION_BUCKET;
   let store;
   try {
-    const kv = await new Kvm(nc).create(bucket, { history: 1, storage: StorageType.File });
+    const kv = await openBucket(nc, bucket, { replicas: options.replicas });
     store = new KvConversationStore(nc, await jetstreamManager(nc), kv, bucket);
   } catch (err) {
     throw toStoreError(err, 'opening the conversation bucket');

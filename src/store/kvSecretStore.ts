@@ -1,14 +1,14 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import { Kvm, type KV } from '@nats-io/kv';
-import { StorageType } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
 import { assertConversationId } from './assertConversationId.ts';
 import { toStoreError } from './natsErrors.ts';
 import { assertSecretsKey, seal, unseal } from './secretSeal.ts';
 import type { SecretStore } from './secretStore.ts';
+import { openBucket, type Replication } from './streamSettings.ts';
 
 export const DEFAULT_SECRET_BUCKET = 'tether_secrets';
 
-export interface KvSecretStoreOptions {
+export interface KvSecretStoreOptions extends Replication {
   /** The 32-byte AES-256-GCM key (`parseSecretsKey`); every node must hold the same one. */
   key: Buffer;
   /** KV bucket name (default `tether_secrets`). */
@@ -68,10 +68,7 @@ export async function kvSecretStore(nc: NatsConnection, options: KvSecretStoreOp
   assertSecretsKey(options.key);
   let kv;
   try {
-    kv = await new Kvm(nc).create(options.bucket ?? DEFAULT_SECRET_BUCKET, {
-      history: 1,
-      storage: StorageType.File,
-    });
+    kv = await openBucket(nc, options.bucket ?? DEFAULT_SECRET_BUCKET, { replicas: options.replicas });
   } catch (err) {
     throw toStoreError(err, 'opening the secrets bucket');
   }

@@ -1,9 +1,9 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import { Kvm, type KV } from '@nats-io/kv';
-import { StorageType } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
 import { assertConversationId } from './assertConversationId.ts';
 import { toStoreError } from './natsErrors.ts';
 import { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
+import { openBucket, type Replication } from './streamSettings.ts';
 
 export const DEFAULT_SNAPSHOT_BUCKET = 'tether_snapshots';
 
@@ -58,13 +58,12 @@ export class KvSnapshotStore implements SnapshotStore {
 }
 
 /** Opens (creating when missing) the snapshot bucket on `nc`. */
-export async function kvSnapshotStore(nc: NatsConnection, options: { bucket?: string } = {}): Promise<KvSnapshotStore> {
+export async function kvSnapshotStore(
+  nc: NatsConnection,
+  options: Replication & { bucket?: string } = {},
+): Promise<KvSnapshotStore> {
   try {
-    const kv = await new Kvm(nc).create(options.bucket ?? DEFAULT_SNAPSHOT_BUCKET, {
-      history: 1,
-      storage: StorageType.File,
-    });
-    return new KvSnapshotStore(kv);
+    return new KvSnapshotStore(await openBucket(nc, options.bucket ?? DEFAULT_SNAPSHOT_BUCKET, options));
   } catch (err) {
     throw toStoreError(err, 'opening the snapshot bucket');
   }

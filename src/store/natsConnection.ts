@@ -12,6 +12,7 @@ import {
 import { assertConversationId } from './assertConversationId.ts';
 import { StoreUnavailableError } from './errors.ts';
 import { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
+import { reconcileStream, refusedCreation, type Replication } from './streamSettings.ts';
 
 export const DEFAULT_STREAM = 'TETHER_EVENTS';
 export const DEFAULT_SUBJECT_PREFIX = 'tether.conv';
@@ -80,14 +81,14 @@ export function subjectFor(prefix: string, conversationId: string): string {
   return `${prefix}.${conversationId}.events`;
 }
 
-export interface EventStreamOptions {
+export interface EventStreamOptions extends Replication {
   stream?: string;
   subjectPrefix?: string;
 }
 
 /**
- * Creates the event stream, or updates it when its subjects or dedupe settings
- * drifted. File storage, no limits (the log is the source of truth), direct get
+ * Creates the event stream, or updates it when its subjects, dedupe settings or
+ * replicas drifted. File storage, no limits (the log is the source of truth), direct get
  * for cheap `lastSeq`. Storage type is not changed on an existing stream.
  * Only 2.9-compatible settings: no `filter_subjects`, per-message TTL or batches.
  */
@@ -109,8 +110,13 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
   } catch (err) {
     if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound)) throw err;
   }
+  const replicas = options.replicas ?? 1;
   if (!existing) {
-    return jsm.streams.add({ name, storage: StorageType.File, retention: RetentionPolicy.Limits, ...wanted });
+    return jsm.streams
+      .add({ name, storage: StorageType.File, retention: RetentionPolicy.Limits, num_replicas: replicas, ...wanted })
+      .catch((err: unknown) => {
+        throw refusedCreation(err, `the stream ${name}`, { replicas });
+      });
   }
   const current = existing.config;
   const drifted =
@@ -122,7 +128,8 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
     current.max_bytes !== wanted.max_bytes ||
     current.max_age !== wanted.max_age ||
     current.max_msgs_per_subject !== wanted.max_msgs_per_subject;
-  return drifted ? jsm.streams.update(name, { ...current, ...wanted }) : existing;
+  const updated = drifted ? await jsm.streams.update(name, { ...current, ...wanted }) : existing;
+  return reconcileStream(jsm, updated, { replicas });
 }
 
 /**

@@ -1,5 +1,6 @@
 import { errors } from '@nats-io/transport-node';
-import { StoreUnavailableError } from './errors.ts';
+import { JetStreamApiError } from '@nats-io/jetstream';
+import { StoreSettingsError, StoreUnavailableError } from './errors.ts';
 
 // Errors that mean "NATS did not answer": the connection is down, closed,
 // draining, the request timed out, or nobody serves the JetStream API.
@@ -26,4 +27,18 @@ export function toStoreError(err: unknown, doing: string): unknown {
   if (err instanceof StoreUnavailableError || !isUnavailable(err)) return err;
   const reason = err instanceof Error ? err.message : String(err);
   return new StoreUnavailableError(`NATS unavailable while ${doing}: ${reason}`, { cause: err });
+}
+
+/**
+ * Whether a failure to open the stores may pass by itself while NATS starts:
+ * no answer yet, no JetStream meta leader (10008), or too few servers joined
+ * for the replicas (10023). Not a server without JetStream, nor settings a
+ * single server refuses.
+ */
+export function passesWithTime(err: unknown): boolean {
+  if (err instanceof StoreUnavailableError) {
+    return !(err.cause instanceof Error && err.cause.name === 'JetStreamNotEnabled');
+  }
+  const cause = err instanceof StoreSettingsError ? err.cause : err;
+  return cause instanceof JetStreamApiError && (cause.code === 10023 || cause.code === 10008);
 }

@@ -9,6 +9,7 @@ import { memoryEventLog } from './memoryEventLog.ts';
 import { memorySnapshotStore } from './memorySnapshotStore.ts';
 import type { SnapshotStore } from './snapshotStore.ts';
 import { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
+import type { Replication } from './streamSettings.ts';
 
 /** Everything a Tether keeps: the event log, conversation records, snapshots. */
 export interface Stores {
@@ -31,12 +32,15 @@ export interface JetStreamStoreNames {
   snapshotBucket?: string;
 }
 
-/** The stores on JetStream and KV, creating the stream and buckets when missing. */
-export async function jetStreamStores(nc: NatsConnection, names: JetStreamStoreNames = {}): Promise<Stores> {
+/** The stores on JetStream and KV, creating the stream and buckets when missing and bringing their replicas to `names.replicas`. */
+export async function jetStreamStores(
+  nc: NatsConnection,
+  names: JetStreamStoreNames & Replication = {},
+): Promise<Stores> {
   const [log, conversations, snapshots] = await Promise.all([
-    jetStreamEventLog(nc, { stream: names.stream, subjectPrefix: names.subjectPrefix }),
-    kvConversationStore(nc, { bucket: names.conversationBucket }),
-    kvSnapshotStore(nc, { bucket: names.snapshotBucket }),
+    jetStreamEventLog(nc, { stream: names.stream, subjectPrefix: names.subjectPrefix, replicas: names.replicas }),
+    kvConversationStore(nc, { bucket: names.conversationBucket, replicas: names.replicas }),
+    kvSnapshotStore(nc, { bucket: names.snapshotBucket, replicas: names.replicas }),
   ]);
   return { log, conversations, snapshots, status: natsStatusChannel(nc, names.subjectPrefix) };
 }

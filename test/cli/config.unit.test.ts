@@ -6,6 +6,7 @@ describe('the cluster settings', () => {
   it('default to one generated node id, a 5 s lease and the workspaces under the data dir', () => {
     const config = loadConfig({ TETHER_DATA_DIR: '/tmp/t1' });
     expect(config).toMatchObject({ nodeId: undefined, leaseMs: 5_000, workspacesDir: join('/tmp/t1', 'workspaces') });
+    expect(config).toMatchObject({ replicas: 1, publicUrl: undefined, natsStartTimeoutMs: 30_000 });
     expect(config.secretsKey).toBeUndefined();
   });
 
@@ -16,15 +17,22 @@ describe('the cluster settings', () => {
       TETHER_LEASE_MS: '1000',
       TETHER_WORKSPACES_DIR: 'shared/ws',
       TETHER_SECRETS_KEY: key.toString('base64'),
+      TETHER_REPLICAS: '3',
+      NATS_URL: 'nats://a:4222,nats://b:4222,nats://c:4222',
+      TETHER_PUBLIC_URL: 'https://tether-1.example.com/',
     });
+    expect(config).toMatchObject({ replicas: 3, publicUrl: 'https://tether-1.example.com' });
     expect(config).toMatchObject({ nodeId: 'node-a.1', leaseMs: 1_000, workspacesDir: resolve('shared/ws') });
     expect(config.secretsKey).toEqual(key);
     expect(loadConfig({ TETHER_SECRETS_KEY: key.toString('hex') }).secretsKey).toEqual(key);
   });
 
-  it('refuse a bad node id, a lease under 200 ms and a key that is not 32 bytes, never echoing the key', () => {
+  it('refuse a bad node id, a lease under 200 ms, replicas without a NATS cluster, a public URL that is not http(s) and a key that is not 32 bytes, never echoing the key', () => {
     expect(() => loadConfig({ TETHER_NODE_ID: 'a b' })).toThrow(/TETHER_NODE_ID/);
     expect(() => loadConfig({ TETHER_LEASE_MS: '50' })).toThrow(/TETHER_LEASE_MS/);
+    expect(() => loadConfig({ TETHER_REPLICAS: '3' })).toThrow(/TETHER_REPLICAS: 3 replicas need a NATS cluster/);
+    expect(() => loadConfig({ TETHER_REPLICAS: '6', NATS_URL: 'nats://a:4222' })).toThrow(/TETHER_REPLICAS/);
+    expect(() => loadConfig({ TETHER_PUBLIC_URL: 'ftp://x' })).toThrow(/TETHER_PUBLIC_URL/);
     const short = 'c2hvcnQta2V5LXNlY3JldC12YWx1ZQ==';
     let message = '';
     try {

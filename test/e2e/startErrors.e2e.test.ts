@@ -3,7 +3,7 @@ import { connect, createServer, type Server } from 'node:net';
 import { rm } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, inject, it } from 'vitest';
 import { natsBinary } from '../support/natsBinary.ts';
 import { freePort, makeDataDir } from '../support/serverProcess.ts';
 
@@ -81,5 +81,17 @@ describe('tether serve that cannot start', () => {
     } finally {
       holder.close();
     }
+  });
+
+  it('refuses TETHER_REPLICAS=3 with its own nats-server, and on a single NATS server, naming the variable', async () => {
+    const embedded = await serveUntilExit({ TETHER_PORT: '0', TETHER_REPLICAS: '3' });
+    expect(embedded.code).toBe(1);
+    expect(embedded.stderr).toMatch(/TETHER_REPLICAS: 3 replicas need a NATS cluster .* NATS_URL/);
+    expect(embedded.stderr).not.toContain('embedded nats-server started');
+
+    const single = await serveUntilExit({ TETHER_PORT: '0', TETHER_REPLICAS: '3', NATS_URL: inject('natsUrl') });
+    expect(single.code).toBe(1);
+    expect(single.stderr).toMatch(/tether: TETHER_REPLICAS=3 \(at most the number of nats-servers .*\): .*replicas/);
+    expect(single.stderr).toContain('non-clustered');
   });
 });

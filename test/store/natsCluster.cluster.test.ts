@@ -1,10 +1,16 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { jetstream, jetstreamManager, StorageType, type JetStreamClient } from '@nats-io/jetstream';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import type { NatsConnection } from '../../src/store/index.ts';
+import {
+  jetStreamStores,
+  kvClusterStore,
+  kvSecretStore,
+  type NatsConnection,
+  type Replication,
+} from '../../src/store/index.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
 import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
-import { uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+import { uniqueBucketName, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
 import { eventually } from '../support/serverProcess.ts';
 
 // Failure bounds: electing a new stream leader after a kill -9 takes 1-7 s here, catching up after the restart 2-7 s.
@@ -74,5 +80,46 @@ describe('a three-node nats-server cluster', () => {
       if (msg) payloads.push(Number(msg.string()));
     }
     expect(payloads.sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, n) => n));
+  });
+
+  test('a start with TETHER_REPLICAS=3 brings the stream and every bucket made with one replica to three', async () => {
+    nc ??= await connectNats(cluster.url, { name: 'cluster-test' });
+    const jsm = await jetstreamManager(nc);
+    const names = {
+      stream: uniqueStreamName(),
+      subjectPrefix: uniqueSubjectPrefix(),
+      conversationBucket: uniqueBucketName(),
+      snapshotBucket: uniqueBucketName(),
+    };
+    const buckets = { nodesBucket: uniqueBucketName(), ownersBucket: uniqueBucketName() };
+    const secretBucket = uniqueBucketName();
+    const open = async (replication: Replication) => {
+      await jetStreamStores(nc!, { ...names, ...replication });
+      await kvClusterStore(nc!, { leaseMs: 2_000, ...buckets, ...replication });
+      await kvSecretStore(nc!, { key: Buffer.alloc(32, 1), bucket: secretBucket, ...replication });
+    };
+    const streams = [
+      names.stream,
+      ...[names.conversationBucket, names.snapshotBucket, secretBucket].map((b) => `KV_${b}`),
+    ];
+    streams.push(`KV_${buckets.nodesBucket}`, `KV_${buckets.ownersBucket}`);
+    const replicas = async () =>
+      Promise.all(streams.map(async (stream) => (await jsm.streams.info(stream)).config.num_replicas));
+
+    await open({});
+    expect(await replicas()).toEqual([1, 1, 1, 1, 1, 1]);
+    await open({ replicas: 3 });
+    expect(await replicas()).toEqual([3, 3, 3, 3, 3, 3]);
+    // Each stream really has three peers: the leader and two replicas.
+    await eventually(
+      async () => {
+        const infos = await Promise.all(streams.map((stream) => jsm.streams.info(stream)));
+        return infos.every((si) => si.cluster?.leader && si.cluster.replicas?.length === 2) || undefined;
+      },
+      'every stream to have a leader and two replicas',
+      CATCH_UP_TIMEOUT_MS,
+    );
+    expect((await jsm.streams.info(`KV_${buckets.nodesBucket}`)).config.max_age).toBe(2_000 * 1e6);
+    for (const stream of streams) await jsm.streams.delete(stream);
   });
 });

@@ -1,0 +1,101 @@
+import { nanos, type NatsConnection } from '@nats-io/transport-node';
+import {
+  JetStreamApiError,
+  StorageType,
+  jetstreamManager,
+  type JetStreamManager,
+  type StreamInfo,
+} from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import { StoreSettingsError } from './errors.ts';
+import { toStoreError } from './natsErrors.ts';
+
+/** What the configuration says about every stream and bucket Tether keeps. */
+export interface Replication {
+  /** Copies JetStream keeps of each message (1 to 5, at most the servers in the cluster; default 1). */
+  replicas?: number;
+}
+
+/** The settings a start brings an existing stream to: the configuration's, not the ones it was created with. */
+export interface StreamSettings {
+  replicas: number;
+  /** Message age limit in ms (a bucket's TTL); undefined: none is wanted, whatever the stream has is kept. */
+  maxAgeMs?: number;
+}
+
+// JetStream refuses these for a reason a retry does not fix on its own: replicas > 1 on a
+// single server (10074), and more replicas than servers (10023, also while the cluster forms).
+const SETTINGS_REFUSED = new Set([10074, 10023]);
+
+/**
+ * Updates an existing stream whose replicas or age limit differ from the
+ * configuration, and returns its info. NATS may refuse (more replicas than
+ * servers): that is a StoreSettingsError naming the stream, the setting, what
+ * it has and what was wanted; an unreachable NATS is a StoreUnavailableError.
+ */
+export async function reconcileStream(
+  jsm: JetStreamManager,
+  info: StreamInfo,
+  wanted: StreamSettings,
+): Promise<StreamInfo> {
+  const current = info.config;
+  const maxAge = wanted.maxAgeMs === undefined ? current.max_age : nanos(wanted.maxAgeMs);
+  if (current.num_replicas === wanted.replicas && current.max_age === maxAge) return info;
+  const setting = current.num_replicas !== wanted.replicas ? 'replicas' : 'ttl';
+  const [have, want] =
+    setting === 'replicas'
+      ? [String(current.num_replicas), String(wanted.replicas)]
+      : [`${current.max_age / 1e6} ms`, `${wanted.maxAgeMs} ms`];
+  // (A stream's info names its cluster only on a clustered server.) A single nats-server 2.9 accepts such an update and reports the replicas it cannot keep: refuse it here.
+  if (wanted.replicas > 1 && !info.cluster?.name) {
+    throw new StoreSettingsError(current.name, setting, have, want, 'replicas > 1 not supported in non-clustered mode');
+  }
+  try {
+    return await jsm.streams.update(current.name, { ...current, num_replicas: wanted.replicas, max_age: maxAge });
+  } catch (err) {
+    if (!(err instanceof JetStreamApiError)) throw toStoreError(err, `updating the stream ${current.name}`);
+    throw new StoreSettingsError(current.name, setting, have, want, err.message, { cause: err });
+  }
+}
+
+/** A creation JetStream refused for its settings, as a StoreSettingsError; anything else as it came. */
+export function refusedCreation(err: unknown, stream: string, wanted: StreamSettings): unknown {
+  if (!(err instanceof JetStreamApiError && SETTINGS_REFUSED.has(err.code)))
+    return toStoreError(err, `creating ${stream}`);
+  return new StoreSettingsError(stream, 'replicas', 'none (new)', String(wanted.replicas), err.message, { cause: err });
+}
+
+export interface BucketOptions extends Replication {
+  /** A key ages out this long after its last write; undefined: never. */
+  ttlMs?: number;
+  /** Whether any replica may answer a get (default: the server's default, on). */
+  allowDirect?: boolean;
+}
+
+/**
+ * Opens a KV bucket with one revision per key on file storage, creating it
+ * when missing, then brings its replicas and TTL to `options`
+ * (`Kvm.create` on an existing bucket keeps the settings it was created with).
+ */
+export async function openBucket(nc: NatsConnection, bucket: string, options: BucketOptions = {}): Promise<KV> {
+  const wanted: StreamSettings = { replicas: options.replicas ?? 1, maxAgeMs: options.ttlMs };
+  const kvm = new Kvm(nc);
+  let kv: KV;
+  try {
+    kv = await kvm.create(bucket, {
+      history: 1,
+      storage: StorageType.File,
+      replicas: wanted.replicas,
+      ...(options.ttlMs === undefined ? {} : { ttl: options.ttlMs }),
+      ...(options.allowDirect === undefined ? {} : { allow_direct: options.allowDirect }),
+    });
+  } catch (err) {
+    throw refusedCreation(err, `the bucket ${bucket}`, wanted);
+  }
+  const status = await kv.status().catch((err: unknown) => {
+    throw toStoreError(err, `reading the bucket ${bucket}`);
+  });
+  // Replicas and TTL are the server's business: the handle works the same after the update.
+  await reconcileStream(await jetstreamManager(nc, { checkAPI: false }), status.streamInfo, wanted);
+  return kv;
+}

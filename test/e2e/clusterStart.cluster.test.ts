@@ -1,0 +1,44 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectNats } from '../../src/store/natsConnection.ts';
+import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
+import { startServer, type ServerProcess } from '../support/serverProcess.ts';
+
+let nats: NatsCluster;
+let node: ServerProcess | undefined;
+
+beforeAll(async () => {
+  nats = await startNatsCluster();
+});
+
+afterAll(async () => {
+  await node?.stop();
+  await nats?.stop();
+});
+
+describe('a node started beside a NATS cluster that is still forming', () => {
+  it('waits for JetStream to place its replicas, then starts with the stream and buckets at TETHER_REPLICAS', async () => {
+    const [, second, third] = nats.servers.map((server) => server.name);
+    await nats.kill(second!);
+    await nats.kill(third!);
+    // One server of three: no JetStream leader, no room for three replicas. The node must wait, not exit.
+    const starting = startServer({ env: { NATS_URL: nats.url, TETHER_REPLICAS: '3', TETHER_LEASE_MS: '1000' } });
+    const early = await Promise.race([starting.then(() => 'started' as const), sleep(3_000).then(() => 'waiting')]);
+    expect(early).toBe('waiting');
+    await Promise.all([nats.restart(second!), nats.restart(third!)]);
+    node = await starting;
+    expect(node.stderr()).toContain('waiting for JetStream');
+
+    const nc = await connectNats(nats.url, { name: 'cluster-start-test' });
+    try {
+      const jsm = await jetstreamManager(nc);
+      const streams = ['TETHER_EVENTS', 'KV_tether_conversations', 'KV_tether_snapshots', 'KV_tether_nodes'];
+      streams.push('KV_tether_owners');
+      const replicas = await Promise.all(streams.map(async (s) => (await jsm.streams.info(s)).config.num_replicas));
+      expect(replicas).toEqual([3, 3, 3, 3, 3]);
+    } finally {
+      await nc.close();
+    }
+  });
+});
