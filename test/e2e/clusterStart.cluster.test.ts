@@ -22,9 +22,10 @@ describe('a node started beside a NATS cluster that is still forming', () => {
     const [, second, third] = nats.servers.map((server) => server.name);
     await nats.kill(second!);
     await nats.kill(third!);
-    // One server of three: no JetStream leader, no room for three replicas. The node must wait, not exit.
+    // One server of three: no JetStream leader, no room for three replicas. The node must wait, not exit,
+    // past the 5 s a JetStream request waits for its answer (so at least one attempt fails and is made again).
     const starting = startServer({ env: { NATS_URL: nats.url, TETHER_REPLICAS: '3', TETHER_LEASE_MS: '1000' } });
-    const early = await Promise.race([starting.then(() => 'started' as const), sleep(3_000).then(() => 'waiting')]);
+    const early = await Promise.race([starting.then(() => 'started' as const), sleep(6_500).then(() => 'waiting')]);
     expect(early).toBe('waiting');
     await Promise.all([nats.restart(second!), nats.restart(third!)]);
     node = await starting;
