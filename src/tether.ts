@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import type { Agent } from './agent/index.ts';
 import { silentLogger, type Logger } from './logger.ts';
+import { TetherMetrics } from './metrics.ts';
 import type { RuntimeProvider } from './runtime/index.ts';
 import { tetherServer, type TetherServer, type TetherServerOptions } from './server/index.ts';
 import { ClusterOwnership, SessionManager, type SessionLimits } from './session/index.ts';
@@ -28,7 +29,9 @@ export interface TetherOptions {
   /** Secrets sealed where any node can read them, or 'refuse' them (default: this process's memory only). */
   secrets?: SecretStore | 'refuse';
   /** HTTP and WebSocket settings; each has the documented default. */
-  server?: Partial<Omit<TetherServerOptions, 'manager' | 'logger'>>;
+  server?: Partial<Omit<TetherServerOptions, 'manager' | 'logger' | 'metrics'>>;
+  /** Add the process's own metrics (CPU, memory, event loop lag) to `/metrics` (default false). */
+  processMetrics?: boolean;
 }
 
 export interface ClusterOptions {
@@ -37,12 +40,16 @@ export interface ClusterOptions {
   leaseMs: number;
   store: ClusterStore;
   bus: ClusterBus;
+  /** Where clients reach this node (TETHER_PUBLIC_URL), shown to the others and in `GET /api/cluster`. */
+  url?: string;
 }
 
 /** A built Tether: its session host and its HTTP + WebSocket server, not yet listening. */
 export interface Tether {
   readonly manager: SessionManager;
   readonly server: TetherServer;
+  /** What `GET /metrics` shows; `natsReconnected()` is the connection owner's to call. */
+  readonly metrics: TetherMetrics;
   /** Listens (0: any free port); a server handed in already listening keeps its port. */
   listen(port: number, host: string): Promise<AddressInfo>;
   /** Joins the cluster, when there is one (a first heartbeat, then forwarded actions are answered). */
@@ -59,8 +66,10 @@ export interface Tether {
 export function createTether(options: TetherOptions): Tether {
   const logger = options.logger ?? silentLogger;
   const { agent } = options;
+  const metrics = new TetherMetrics({ processMetrics: options.processMetrics });
   const manager = new SessionManager({
     ...options.stores,
+    log: metrics.measure(options.stores.log),
     runtimes: options.runtimes,
     agentFor: typeof agent === 'function' ? agent : () => agent,
     logger,
@@ -70,7 +79,7 @@ export function createTether(options: TetherOptions): Tether {
     commandTimeoutMs: options.commandTimeoutMs,
     secrets: options.secrets,
     ...(options.cluster && {
-      ownership: new ClusterOwnership({ ...options.cluster, logger }),
+      ownership: new ClusterOwnership({ ...options.cluster, url: options.cluster.url ?? null, logger }),
       bus: options.cluster.bus,
     }),
   });
@@ -80,10 +89,19 @@ export function createTether(options: TetherOptions): Tether {
     ...options.server,
     manager,
     logger,
+    metrics,
+  });
+  metrics.observe({
+    liveSessions: () => manager.liveCount,
+    connections: () => server.ws.clientCount,
+    ownedConversations: () => manager.clusterCounts.owned,
+    takeovers: () => manager.clusterCounts.takeovers,
+    forwardedActions: () => manager.clusterCounts.forwarded,
   });
   return {
     manager,
     server,
+    metrics,
     listen: (port, host) => server.listen(port, host),
     start: () => manager.start(),
     close: async () => {

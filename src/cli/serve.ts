@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { llmAgent, scriptedAgent } from '../agent/index.ts';
@@ -45,7 +46,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   const undo: Array<() => Promise<unknown>> = [() => closeHttp(http)];
   let nats: ServeNats;
   let nc: NatsConnection;
-  let tether: Tether;
+  let tether: Tether | undefined;
   let natsReady = true;
   let closing = false;
   try {
@@ -62,6 +63,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     watchConnection(nc, (connected) => {
       if (connected !== natsReady && !closing)
         logger.warn(connected ? 'NATS is back' : 'NATS connection lost; reconnecting');
+      if (connected && !natsReady) tether?.metrics.natsReconnected();
       natsReady = connected;
     });
     const { replicas } = config;
@@ -90,9 +92,11 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         nodeId,
         leaseMs: config.leaseMs,
         store: opened.cluster,
+        url: config.publicUrl ?? urlOf(address, 'http'),
         bus: natsClusterBus(nc),
       },
       agent: agentOf(config, logger),
+      processMetrics: true,
       logger,
       limits: config.limits,
       commandTimeoutMs: config.commandTimeoutMs,
@@ -113,10 +117,9 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     for (const step of undo) await step().catch(() => undefined);
     throw err;
   }
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   logger.info('tether listening', {
-    url: `http://${host}:${address.port}`,
-    ws: `ws://${host}:${address.port}/ws`,
+    url: urlOf(address, 'http'),
+    ws: `${urlOf(address, 'ws')}/ws`,
     nats: nats.url,
   });
   // Conversations that were mid-task when the last process stopped finish by themselves.
@@ -186,6 +189,16 @@ function settingsNamed(err: unknown, config: Config): unknown {
       ? `TETHER_REPLICAS=${config.replicas} (at most the number of nats-servers in the cluster; 1 on a single server)`
       : `TETHER_LEASE_MS=${config.leaseMs} (the heartbeat bucket's TTL; every node must use the same lease)`;
   return new Error(`${variable}: ${err.message}`, { cause: err });
+}
+
+/**
+ * This node's URL from the address it listens on: the machine's host name when
+ * that is every interface (0.0.0.0, ::), which no client could dial.
+ */
+function urlOf(address: AddressInfo, scheme: 'http' | 'ws'): string {
+  const any = address.address === '0.0.0.0' || address.address === '::';
+  const host = any ? hostname() : address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `${scheme}://${host}:${address.port}`;
 }
 
 /**

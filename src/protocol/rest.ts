@@ -46,8 +46,34 @@ export const ConversationInfo = z.object({
   runtime_status: RuntimeStatus,
   in_memory: z.boolean(),
   last_seq: z.number().int().min(0),
+  /** The node that runs it now (its heartbeat current), or null: none does until the next action wakes it. */
+  owner: z.string().nullable(),
 });
 export type ConversationInfo = z.infer<typeof ConversationInfo>;
+
+/** A node of the cluster as its last heartbeat described it (`GET /api/cluster`). */
+export const ClusterNode = z.object({
+  node_id: z.string(),
+  /** Where clients reach it: TETHER_PUBLIC_URL, or the host and port it listens on. */
+  url: z.string().nullable(),
+  live_sessions: z.number().int().min(0),
+  started_at: z.string(),
+  last_heartbeat: z.iso.datetime(),
+});
+export type ClusterNode = z.infer<typeof ClusterNode>;
+
+/** `GET /api/cluster`: the nodes whose heartbeat is current, and which one answered. */
+export const ClusterView = z.object({ node_id: z.string(), nodes: z.array(ClusterNode) });
+export type ClusterView = z.infer<typeof ClusterView>;
+
+/** `GET /api/cluster?conversation=<id>`: the node that runs it, or null when none does. */
+export const ConversationOwner = z.object({
+  conversation_id: ConversationId,
+  owner: ClusterNode.nullable(),
+});
+export type ConversationOwner = z.infer<typeof ConversationOwner>;
+
+export const ClusterQuery = z.object({ conversation: ConversationId.optional() });
 
 /** Items a list page holds at most (`limit`), and by default. */
 export const MAX_LIST_LIMIT = 1000;
@@ -100,7 +126,7 @@ export const ConversationsQuery = z.object({
 export type ConversationsQuery = z.infer<typeof ConversationsQuery>;
 
 /** One item of `GET /api/conversations`: the user's index entry and the log's last sequence now. */
-export const ConversationSummary = ConversationInfo.omit({ runtime_status: true });
+export const ConversationSummary = ConversationInfo.omit({ runtime_status: true, owner: true });
 export type ConversationSummary = z.infer<typeof ConversationSummary>;
 
 export const ConversationPage = z.object({

@@ -3,6 +3,7 @@ import type { ZodType } from 'zod';
 import { errorFields, type Logger } from '../logger.ts';
 import {
   ActionBody,
+  ClusterQuery,
   ConversationsQuery,
   CreateConversationBody,
   encodeListCursor,
@@ -21,6 +22,7 @@ export interface HttpApiOptions {
   authenticate: Authenticate;
   /** Whether the event store is reachable, for `/readyz`. */
   ready?: () => boolean | Promise<boolean>;
+  metrics?: { contentType: string; text(): Promise<string> };
 }
 
 interface Ctx {
@@ -29,7 +31,9 @@ interface Ctx {
   user: string;
   params: string[];
 }
-type Handler = (ctx: Ctx) => Promise<{ status: number; body?: unknown }>;
+/** A JSON answer, or `text` sent as it is with its own content type. */
+type Answer = { status: number; body?: unknown; text?: { type: string; body: string } };
+type Handler = (ctx: Ctx) => Promise<Answer>;
 
 /** The REST routes of the contract. Parses and routes; the session manager decides. */
 export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: ServerResponse) => void {
@@ -45,6 +49,25 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         (await (options.ready?.() ?? true))
           ? { status: 200, body: { ready: true } }
           : { status: 503, body: { ready: false, reason: 'the event store (NATS) is not reachable' } },
+    ],
+    [
+      'GET',
+      /^\/metrics$/,
+      async () => {
+        if (!options.metrics) throw new BadRequestError('NOT_FOUND', 'no metrics here', 404);
+        return { status: 200, text: { type: options.metrics.contentType, body: await options.metrics.text() } };
+      },
+    ],
+    [
+      'GET',
+      /^\/api\/cluster$/,
+      async ({ user, url }) => {
+        const q = ClusterQuery.parse(Object.fromEntries(url.searchParams));
+        return {
+          status: 200,
+          body: q.conversation ? await manager.ownerNode(q.conversation, user) : await manager.cluster(),
+        };
+      },
     ],
     [
       'POST',
@@ -116,13 +139,13 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         const err = matches.length > 0 ? ['METHOD_NOT_ALLOWED', 405] : ['NOT_FOUND', 404];
         throw new BadRequestError(err[0] as string, `no route for ${req.method} ${url.pathname}`, err[1] as number);
       }
-      // Health checks answer without a token, so load balancers and orchestrators can probe.
+      // Health checks and metrics answer without a token, so load balancers, orchestrators and scrapers can probe.
       const user = PUBLIC_PATHS.has(url.pathname) ? 'anonymous' : await options.authenticate(req, url);
       if (user === null) throw new BadRequestError('UNAUTHENTICATED', 'a valid token is required', 401);
       const params = (route[1].exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
       return route[2]({ req, url, user, params });
     })().then(
-      (result) => send(res, result.status, result.body),
+      (result) => (result.text ? sendText(res, result.status, result.text) : send(res, result.status, result.body)),
       (err: unknown) => {
         const pub = toPublicError(err);
         if (pub.status >= 500) options.logger.error('request failed', { path: url.pathname, ...errorFields(err) });
@@ -132,7 +155,14 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
   };
 }
 
-const PUBLIC_PATHS = new Set(['/healthz', '/readyz']);
+// /metrics holds counts only (no id, user or content): a scraper needs no token.
+const PUBLIC_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+
+function sendText(res: ServerResponse, status: number, text: { type: string; body: string }): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { 'content-type': text.type, 'content-length': Buffer.byteLength(text.body) });
+  res.end(text.body);
+}
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
   if (res.headersSent) return;

@@ -22,6 +22,8 @@ export interface TetherServerOptions {
   };
   /** Whether the server can serve (its event store is reachable), for `/readyz`. */
   ready?: () => boolean | Promise<boolean>;
+  /** What `GET /metrics` shows; without it the route answers 404. */
+  metrics?: { contentType: string; text(): Promise<string> };
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
   authenticate?: Authenticate;
   /** Serve on this HTTP server (one from `startingServer()`, maybe listening already) instead of a new one. */

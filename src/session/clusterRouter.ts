@@ -49,6 +49,9 @@ export class ClusterRouter {
     this.#maxRunningPerUser = maxRunningPerUser;
   }
 
+  /** Requests sent to the node that owns their conversation, a running total. */
+  forwarded = 0;
+
   get #leaseMs(): number {
     return this.#ownership instanceof ClusterOwnership ? this.#ownership.leaseMs : 5_000;
   }
@@ -77,6 +80,7 @@ export class ClusterRouter {
         } catch (err) {
           if (!(err instanceof NotOwnerError) || err.node === null) throw err;
           forwarded = true;
+          this.forwarded += 1;
           return resultOf(conversationId, await this.#bus.request(err.node, request(), lease));
         }
       } catch (err) {

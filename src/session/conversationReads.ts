@@ -77,7 +77,7 @@ export class ConversationReads {
   }
 
   /** A conversation as it stands. */
-  async info(conversationId: string, user: string): Promise<ConversationInfo> {
+  async info(conversationId: string, user: string): Promise<Omit<ConversationInfo, 'owner'>> {
     const { created_at } = await this.owned(conversationId, user);
     const { snapshot, throughSeq, live } = await this.peek(conversationId);
     return {

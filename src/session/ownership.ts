@@ -1,6 +1,6 @@
 import { TetherError } from '../errors.ts';
 import { errorFields, type Logger } from '../logger.ts';
-import type { ClusterStore, OwnerRead } from '../store/index.ts';
+import type { ClusterStore, NodeView, OwnerRead } from '../store/index.ts';
 
 /** Where a conversation's session runs: here, or on the node named. */
 export type Route = { local: true } | { local: false; node: string };
@@ -31,6 +31,8 @@ export interface Ownership {
   forget(conversationId: string): void;
   /** Whether this node may still act as an owner: false once its lease may have lapsed. Cheap: no I/O. */
   leaseValid(): boolean;
+  /** The nodes whose heartbeat is current, as they described themselves; none without a cluster. */
+  describeNodes(): Promise<NodeView[]>;
 }
 
 /** One process, no cluster: it owns every conversation. */
@@ -43,6 +45,7 @@ export const soloOwnership: Ownership = {
   release: async () => undefined,
   forget: () => undefined,
   leaseValid: () => true,
+  describeNodes: async () => [],
 };
 
 export interface ClusterOwnershipOptions {
@@ -50,6 +53,8 @@ export interface ClusterOwnershipOptions {
   leaseMs: number;
   store: ClusterStore;
   logger: Logger;
+  /** Where clients reach this node, told in its heartbeat (TETHER_PUBLIC_URL); default none. */
+  url?: string | null;
   /** A monotonic clock in ms (default performance.now). */
   now?: () => number;
 }
@@ -59,6 +64,8 @@ export interface OwnershipEvents {
   lapsed(): void;
   /** The lease is back after a lapse, or some nodes' heartbeats lapsed: unfinished conversations need an owner. */
   recover(reason: string): void;
+  /** Sessions in memory now, told in each heartbeat. */
+  liveSessions(): number;
 }
 
 /** How much of the lease a node trusts: its own view lapses before any other node may claim. */
@@ -79,6 +86,7 @@ export class ClusterOwnership implements Ownership {
   readonly #store: ClusterStore;
   readonly #logger: Logger;
   readonly #now: () => number;
+  readonly #url: string | null;
   readonly #startedAt = new Date().toISOString();
   /** What this node claimed, at the revision it wrote. */
   readonly #held = new Map<string, OwnerRead>();
@@ -101,6 +109,7 @@ export class ClusterOwnership implements Ownership {
     this.#store = options.store;
     this.#logger = options.logger;
     this.#now = options.now ?? (() => performance.now());
+    this.#url = options.url ?? null;
   }
 
   /** Renews the heartbeat once (it must work: a node that cannot reach NATS does not start), then every lease/4. */
@@ -128,6 +137,10 @@ export class ClusterOwnership implements Ownership {
 
   leaseValid(): boolean {
     return this.#now() < this.#validUntil;
+  }
+
+  describeNodes(): Promise<NodeView[]> {
+    return within(this.leaseMs, this.#store.describeNodes(), 'listing the nodes');
   }
 
   /** How many conversations this node holds. */
@@ -242,7 +255,12 @@ export class ClusterOwnership implements Ownership {
 
   async #beat(): Promise<void> {
     const sentAt = this.#now();
-    await this.#store.beat({ node_id: this.nodeId, started_at: this.#startedAt });
+    await this.#store.beat({
+      node_id: this.nodeId,
+      started_at: this.#startedAt,
+      url: this.#url,
+      live_sessions: this.#events?.liveSessions() ?? 0,
+    });
     this.#validUntil = Math.max(this.#validUntil, sentAt + this.leaseMs * TRUSTED_SHARE);
     this.#armLapse();
   }

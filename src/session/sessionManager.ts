@@ -4,6 +4,8 @@ import { replayable, trajectoryActions } from '../agent/index.ts';
 import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import type {
   ConversationInfo,
+  ClusterView,
+  ConversationOwner,
   CreateConversationBody,
   ListPosition,
   PassivationReason,
@@ -36,6 +38,7 @@ export class SessionManager {
   readonly limits: SessionLimits;
   readonly #deps: SessionManagerDeps;
   readonly #clock: () => Date;
+  readonly #startedAt: string;
   readonly #logger: Logger;
   readonly #live = new Map<string, Session>();
   readonly #loading = new Map<string, Promise<Session>>();
@@ -62,6 +65,7 @@ export class SessionManager {
     this.#ownership = deps.ownership ?? soloOwnership;
     this.limits = { ...DEFAULT_LIMITS, ...deps.limits };
     this.#clock = deps.clock ?? (() => new Date());
+    this.#startedAt = this.#clock().toISOString();
     this.#secrets = new SecretKeeper(deps.secrets);
     this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
     this.feed = new ConversationFeed(deps.log, deps.status ?? memoryStatusChannel(), this.#logger, (id) => {
@@ -121,6 +125,7 @@ export class SessionManager {
         this.#logger.info('looking for unfinished conversations', { reason });
         void this.recover().catch((err: unknown) => this.#logger.error('recovery failed', errorFields(err)));
       },
+      liveSessions: () => this.liveCount,
     });
     this.#stopServing = this.#deps.bus?.serve(ownership.nodeId, (request) => this.#router.serve(request)) ?? null;
   }
@@ -157,8 +162,36 @@ export class SessionManager {
   }
 
   /** A conversation as it stands; a read that wakes nothing. */
-  info(conversationId: string, user: string): Promise<ConversationInfo> {
-    return this.#reads.info(conversationId, user);
+  /** A conversation as it stands, and the node that runs it (the user's own only). */
+  async info(conversationId: string, user: string): Promise<ConversationInfo> {
+    const info = await this.#reads.info(conversationId, user);
+    return { ...info, owner: await this.#ownership.ownerOf(conversationId) };
+  }
+
+  /** The nodes of the cluster (this process alone without one), and which one answers. */
+  async cluster(): Promise<ClusterView> {
+    const ownership = this.#ownership;
+    const nodes = ownership.clustered
+      ? await ownership.describeNodes()
+      : [
+          {
+            node_id: ownership.nodeId,
+            url: null,
+            live_sessions: this.liveCount,
+            started_at: this.#startedAt,
+            last_heartbeat: this.#clock().toISOString(),
+          },
+        ];
+    return { node_id: ownership.nodeId, nodes };
+  }
+
+  /** The node that runs one of the user's conversations, or null when none does. */
+  async ownerNode(conversationId: string, user: string): Promise<ConversationOwner> {
+    await this.#reads.owned(conversationId, user);
+    const owner = await this.#ownership.ownerOf(conversationId);
+    const node = owner === null ? null : (await this.cluster()).nodes.find((n) => n.node_id === owner);
+    // An owner whose heartbeat aged out between the two reads runs nothing any more.
+    return { conversation_id: conversationId, owner: node ?? null };
   }
 
   events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
@@ -301,6 +334,14 @@ export class SessionManager {
 
   get liveCount(): number {
     return this.#live.size;
+  }
+
+  /** Running totals for the metrics: owner records held, takeovers, requests forwarded to owners. */
+  get clusterCounts(): { owned: number; takeovers: number; forwarded: number } {
+    const ownership = this.#ownership;
+    return ownership instanceof ClusterOwnership
+      ? { owned: ownership.owned, takeovers: ownership.takeovers, forwarded: this.#router.forwarded }
+      : { owned: this.liveCount, takeovers: 0, forwarded: 0 };
   }
 
   /**

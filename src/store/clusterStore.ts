@@ -20,9 +20,20 @@ export interface OwnerRead {
 }
 
 /** What a node's heartbeat says about it. */
-export interface NodeBeat {
-  node_id: string;
-  started_at: string;
+export const NodeBeat = z.object({
+  node_id: z.string().min(1),
+  started_at: z.string(),
+  /** Where clients reach it (TETHER_PUBLIC_URL, or its host and port). */
+  url: z.string().nullable().default(null),
+  /** Sessions in its memory when it renewed. */
+  live_sessions: z.number().int().min(0).default(0),
+});
+export type NodeBeat = z.input<typeof NodeBeat>;
+
+/** A node whose heartbeat is current, as its last heartbeat described it. */
+export interface NodeView extends z.output<typeof NodeBeat> {
+  /** When the store got that heartbeat. */
+  last_heartbeat: string;
 }
 
 /**
@@ -40,6 +51,8 @@ export interface ClusterStore {
   alive(nodeId: string): Promise<boolean>;
   /** The nodes whose heartbeat is current. */
   nodes(): Promise<string[]>;
+  /** The same nodes with what their last heartbeat said, ordered by id. */
+  describeNodes(): Promise<NodeView[]>;
   owner(conversationId: string): Promise<OwnerRead | null>;
   /**
    * Compare-and-set: creates the record when `revision` is null (absent or
@@ -134,6 +147,26 @@ export class KvClusterStore implements ClusterStore {
     }
   }
 
+  async describeNodes(): Promise<NodeView[]> {
+    const ids = await this.nodes();
+    const views = await Promise.all(
+      ids.map(async (nodeId) => {
+        let entry;
+        try {
+          entry = await this.#nodes.get(beatKey(nodeId));
+        } catch (err) {
+          throw toStoreError(err, 'reading a heartbeat');
+        }
+        // Aged out or left between the listing and the read: not a current node.
+        if (entry === null || entry.operation !== 'PUT') return null;
+        const beat = NodeBeat.safeParse(safeJson(() => entry.json()));
+        const fields = beat.success ? beat.data : NodeBeat.parse({ node_id: nodeId, started_at: '' });
+        return { ...fields, node_id: nodeId, last_heartbeat: entry.created.toISOString() };
+      }),
+    );
+    return views.filter((view) => view !== null).sort((a, b) => a.node_id.localeCompare(b.node_id));
+  }
+
   async owner(conversationId: string): Promise<OwnerRead | null> {
     assertConversationId(conversationId);
     let entry;
@@ -211,18 +244,23 @@ export async function kvClusterStore(nc: NatsConnection, options: KvClusterStore
 
 /** The in-process twin: heartbeats age out on the wall clock; revisions count every change. */
 export function memoryClusterStore(leaseMs: number, now: () => number = () => performance.now()): ClusterStore {
-  const beats = new Map<string, number>();
+  const beats = new Map<string, { at: number; wall: Date; beat: NodeBeat }>();
   const owners = new Map<string, OwnerRead>();
   let revision = 0;
   const alive = (nodeId: string) => {
-    const at = beats.get(nodeId);
+    const at = beats.get(nodeId)?.at;
     return at !== undefined && now() - at < leaseMs;
   };
   return {
-    beat: async (beat) => void beats.set(beat.node_id, now()),
+    beat: async (beat) => void beats.set(beat.node_id, { at: now(), wall: new Date(), beat }),
     leave: async (nodeId) => void beats.delete(nodeId),
     alive: async (nodeId) => alive(nodeId),
     nodes: async () => [...beats.keys()].filter(alive),
+    describeNodes: async () =>
+      [...beats.entries()]
+        .filter(([nodeId]) => alive(nodeId))
+        .map(([, { wall, beat }]) => ({ ...NodeBeat.parse(beat), last_heartbeat: wall.toISOString() }))
+        .sort((a, b) => a.node_id.localeCompare(b.node_id)),
     owner: async (id) => owners.get(id) ?? null,
     claim: async (id, record, expected) => {
       if ((owners.get(id)?.revision ?? null) !== expected) return null;

@@ -60,11 +60,12 @@ export {
   kvClusterStore,
   memoryClusterStore,
   OwnerRecord,
+  NodeBeat,
   DEFAULT_NODES_BUCKET,
   DEFAULT_OWNERS_BUCKET,
   type ClusterStore,
   type KvClusterStoreOptions,
-  type NodeBeat,
+  type NodeView,
   type OwnerRead,
 } from './clusterStore.ts';
 export {

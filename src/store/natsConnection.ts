@@ -12,7 +12,7 @@ import {
 import { assertConversationId } from './assertConversationId.ts';
 import { StoreUnavailableError } from './errors.ts';
 import { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
-import { reconcileStream, refusedCreation, type Replication } from './streamSettings.ts';
+import { reconcileStream, refusedCreation, untilLed, type Replication } from './streamSettings.ts';
 
 export const DEFAULT_STREAM = 'TETHER_EVENTS';
 export const DEFAULT_SUBJECT_PREFIX = 'tether.conv';
@@ -112,11 +112,12 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
   }
   const replicas = options.replicas ?? 1;
   if (!existing) {
-    return jsm.streams
+    const created = await jsm.streams
       .add({ name, storage: StorageType.File, retention: RetentionPolicy.Limits, num_replicas: replicas, ...wanted })
       .catch((err: unknown) => {
         throw refusedCreation(err, `the stream ${name}`, { replicas });
       });
+    return untilLed(jsm, created);
   }
   const current = existing.config;
   const drifted =
@@ -129,7 +130,7 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
     current.max_age !== wanted.max_age ||
     current.max_msgs_per_subject !== wanted.max_msgs_per_subject;
   const updated = drifted ? await jsm.streams.update(name, { ...current, ...wanted }) : existing;
-  return reconcileStream(jsm, updated, { replicas });
+  return untilLed(jsm, await reconcileStream(jsm, updated, { replicas }));
 }
 
 /**

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { nanos, type NatsConnection } from '@nats-io/transport-node';
 import {
   JetStreamApiError,
@@ -7,7 +8,7 @@ import {
   type StreamInfo,
 } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
-import { StoreSettingsError } from './errors.ts';
+import { StoreSettingsError, StoreUnavailableError } from './errors.ts';
 import { toStoreError } from './natsErrors.ts';
 
 /** What the configuration says about every stream and bucket Tether keeps. */
@@ -96,6 +97,34 @@ export async function openBucket(nc: NatsConnection, bucket: string, options: Bu
     throw toStoreError(err, `reading the bucket ${bucket}`);
   });
   // Replicas and TTL are the server's business: the handle works the same after the update.
-  await reconcileStream(await jetstreamManager(nc, { checkAPI: false }), status.streamInfo, wanted);
+  const jsm = await jetstreamManager(nc, { checkAPI: false });
+  await untilLed(jsm, await reconcileStream(jsm, status.streamInfo, wanted));
   return kv;
+}
+
+const LEADER_WAIT_MS = 10_000;
+const LEADER_POLL_MS = 100;
+
+/**
+ * Waits until a replicated stream has a leader. Just created or scaled, it
+ * has none for a moment, and a write meanwhile finds no responder (nats.js
+ * says "jetstream is not enabled"): a node's first heartbeat would fail.
+ */
+export async function untilLed(jsm: JetStreamManager, info: StreamInfo): Promise<StreamInfo> {
+  const name = info.config.name;
+  const deadline = performance.now() + LEADER_WAIT_MS;
+  let current = info;
+  // A single server's streams name no cluster, and need no leader.
+  while (current.cluster?.name && !current.cluster.leader) {
+    if (performance.now() > deadline) {
+      throw new StoreUnavailableError(`the stream ${name} has no leader after ${LEADER_WAIT_MS} ms`);
+    }
+    await sleep(LEADER_POLL_MS);
+    try {
+      current = await jsm.streams.info(name);
+    } catch (err) {
+      throw toStoreError(err, `reading the stream ${name}`);
+    }
+  }
+  return current;
 }

@@ -15,7 +15,11 @@ async function node(
   events: { lapsed?: () => void; recover?: (why: string) => void } = {},
 ) {
   const ownership = new ClusterOwnership({ nodeId, leaseMs: LEASE, store, logger: silentLogger });
-  await ownership.start({ lapsed: events.lapsed ?? (() => undefined), recover: events.recover ?? (() => undefined) });
+  await ownership.start({
+    lapsed: events.lapsed ?? (() => undefined),
+    recover: events.recover ?? (() => undefined),
+    liveSessions: () => 0,
+  });
   started.push(ownership);
   return ownership;
 }
