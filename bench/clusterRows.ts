@@ -201,13 +201,13 @@ function report(ctx: BenchContext, cl: TetherCluster, plan: Plan, m: Measurement
   const pairs = m.pairs.kept;
   const idle = pairs.map((p) => fmt.int((p.one.cpu.byName['node-b'] ?? 0) + (p.one.cpu.byName['node-c'] ?? 0)));
   ctx.notes.push(
-    `Cluster (k): per user action the frame on the other node came after the sender's own on the owner by ${latencies(extra)} (the same action's two arrivals, one clock); the senders were behind their schedule by p99 ${fmt.ms(
+    `Cluster (k): per user action, its arrival at the other node minus its arrival at the sender on the owner (one clock): ${latencies(extra)}; the senders were behind their schedule by p99 ${fmt.ms(
       percentile(
         joined(runs, (r) => r.sendLags),
         99,
       ),
-    )} ms (inside both latencies). The owner hands its own appends to its clients when JetStream acknowledges them; another node gets them from its follow of the event stream (one ordered consumer per node, through whichever of the three nats-servers its connection picked).`,
-    `Cluster (l), CPU per stored event (median, µs): 3 nodes: ${perEvent(pairs.map((p) => p.spread))}; 1 node: ${perEvent(pairs.map((p) => p.one))}. During the 1-node runs b and c used ${idle.join(', ')} ms of CPU together (heartbeats only: no clients, no session that acts).`,
+    )} ms (inside both latencies). The owner hands its own appends to its clients when JetStream acknowledges them; another node gets them from its follow of the event stream (one ordered consumer per node, through whichever of the three nats-servers its connection picked), and the owner skips its own events' copies from its follow by seq.`,
+    `Cluster (l), CPU per stored event (median, µs): 3 nodes: ${perEvent(pairs.map((p) => p.spread))}; 1 node: ${perEvent(pairs.map((p) => p.one))}. On 3 nodes every node runs the follow (its watchers' conversations are owned elsewhere), so each of the three receives every event of the stream; on 1 node there is no follow at all: node a hands its own appends to both clients. During the 1-node runs b and c used ${idle.join(', ')} ms of CPU together (heartbeats only: no clients, no session that acts).`,
     noiseNote('cluster (k)', runs.length, m.delivery.discarded.length, runs.filter((r) => busyMachine(r.cpu)).length),
     noiseNote('cluster (l)', pairs.length, m.pairs.discarded.length, pairs.filter(busyPair).length),
     `Cluster streams and their replicas at the end of the step (read from JetStream): ${[...m.replicas].map(([name, r]) => `${name} R${r}`).join(', ')}. The nodes were given TETHER_REPLICAS=3; a server that does not read it keeps its default.`,
