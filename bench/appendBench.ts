@@ -11,8 +11,9 @@ import { createTether } from '../src/tether.ts';
 import { ensureEventStream, subjectFor, type NatsConnection } from '../src/store/index.ts';
 import { benchAuthenticate, http, USER_PARAM } from './benchHttp.ts';
 import { benchStores } from './benchStores.ts';
-import type { ClientFleet, ClientSpec, Frame, PacedTiming } from './clientFleet.ts';
+import type { ClientFleet, ClientSpec, PacedTiming } from './clientFleet.ts';
 import { cpuMeter, describeCpu, fmt, within, type CpuUse } from './measure.ts';
+import { restEvents, settledSeq, verifyFrames, type GetJson } from './storedEvents.ts';
 
 export interface AppendPlan {
   conversations: number;
@@ -53,60 +54,14 @@ export interface AppendRun {
   summary: string;
 }
 
-interface EventsPage {
-  items: Array<{ seq: number; event: unknown }>;
-  has_more: boolean;
-}
-
 // One user per conversation, as in production: the per-user running limit stays at its default.
 const userOf = (i: number) => `u${i}`;
 
-/**
- * Waits until a new conversation's start-up is fully stored (its last event is
- * the state fact `awaiting_user_input`, which lands just after the actor moved
- * there) and returns that event's seq: the clients' starting cursor.
- */
-async function settledSeq(base: string, user: string, id: string, deadline: number): Promise<number> {
-  for (;;) {
-    const info = await http<{ state: string; last_seq: number }>(base, user, `/api/conversations/${id}`);
-    if (info.state === 'awaiting_user_input') {
-      const last = await http<EventsPage>(
-        base,
-        user,
-        `/api/conversations/${id}/events?after_seq=${info.last_seq - 1}&limit=1`,
-      );
-      const event = last.items[0]?.event as { type?: string; data?: { state?: string } } | undefined;
-      if (event?.type === 'agent_state_changed' && event.data?.state === 'awaiting_user_input') return info.last_seq;
-    }
-    if (performance.now() > deadline) throw new Error(`conversation ${id} is still ${info.state} after start-up`);
-    // Not faster: a hundred conversations polled every few ms would slow the start-up being waited for.
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-async function restEvents(base: string, user: string, id: string, afterSeq: number): Promise<EventsPage['items']> {
-  const items: EventsPage['items'] = [];
-  let cursor = afterSeq;
-  for (;;) {
-    const page = await http<EventsPage>(base, user, `/api/conversations/${id}/events?after_seq=${cursor}&limit=1000`);
-    items.push(...page.items);
-    if (!page.has_more || page.items.length === 0) return items;
-    cursor = page.items[page.items.length - 1]!.seq;
-  }
-}
-
-/** Every stored event after the cursor reached the client once, in order, with the same bytes. */
-function verify(id: string, stored: EventsPage['items'], got: readonly Frame[]): void {
-  if (got.length !== stored.length) {
-    throw new Error(`conversation ${id}: ${stored.length} events stored but ${got.length} event frames received`);
-  }
-  stored.forEach((item, i) => {
-    const [seq, eventJson] = got[i]!;
-    if (seq !== item.seq) throw new Error(`conversation ${id}: frame ${i} has seq ${seq}, the log has ${item.seq}`);
-    if (eventJson !== JSON.stringify(item.event))
-      throw new Error(`conversation ${id}: event at seq ${item.seq} differs from the log`);
-  });
-}
+/** REST reads as the i-th conversation's user. */
+const getAs =
+  (base: string, i: number): GetJson =>
+  (path) =>
+    http(base, userOf(i), path);
 
 /** One measured run of the Tether server on fresh stream and bucket names, its clients in `fleet`'s process. */
 export async function tetherAppendRun(
@@ -143,7 +98,7 @@ export async function tetherAppendRun(
     const cursors = await within(
       plan.timeoutMs,
       'conversation start-up',
-      Promise.all(ids.map((id, i) => settledSeq(base, userOf(i), id, deadline))),
+      Promise.all(ids.map((id, i) => settledSeq(getAs(base, i), id, deadline))),
     );
     const specs: ClientSpec[] = ids.flatMap((conversationId, i) =>
       Array.from({ length: plan.clientsPerConversation }, (_, k) => ({
@@ -166,11 +121,11 @@ export async function tetherAppendRun(
     const logs = await within(
       plan.timeoutMs,
       'reading the logs',
-      Promise.all(ids.map((id, i) => restEvents(base, userOf(i), id, cursors[i]!))),
+      Promise.all(ids.map((id, i) => restEvents(getAs(base, i), id, cursors[i]!))),
     );
     for (const [i, id] of ids.entries()) {
       const stored = logs[i]!;
-      for (const [k, spec] of specs.entries()) if (spec.conversationId === id) verify(id, stored, received[k]!);
+      for (const [k, spec] of specs.entries()) if (spec.conversationId === id) verifyFrames(id, stored, received[k]!);
       events += stored.length;
       payloads.push(stored.map((item) => JSON.stringify(item.event)));
     }

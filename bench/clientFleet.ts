@@ -12,6 +12,8 @@ export type { ClientSpec, Frame, RoomSpec };
 export interface PacedTiming {
   ms: number;
   latencies: Float64Array;
+  /** Per client of a conversation, in `connect`'s order with the sender first: each message's latency to it. */
+  memberLatencies: Float64Array[];
   sendLags: Float64Array;
 }
 
@@ -82,7 +84,12 @@ export class ClientFleet {
   async paced(messages: number, perSecond: number): Promise<PacedTiming> {
     const reply = await this.#ask({ type: 'paced', messages, perSecond });
     if (reply.type !== 'paced') throw new Error(`the client process answered ${reply.type} to paced`);
-    return { ms: reply.ms, latencies: reply.latencies, sendLags: reply.sendLags };
+    return {
+      ms: reply.ms,
+      latencies: reply.latencies,
+      memberLatencies: reply.memberLatencies,
+      sendLags: reply.sendLags,
+    };
   }
 
   /**

@@ -16,6 +16,8 @@ export interface ClientSpec {
   index: number;
   /** One client per conversation sends; the others only watch. */
   sends: boolean;
+  /** The server this client connects to, when not `connect`'s (a cluster's clients spread over its nodes). */
+  wsBase?: string;
 }
 
 /** A Socket.IO room: what its sender emits, and how many clients join it (the sender first). */
@@ -42,7 +44,7 @@ export type Frame = [seq: number, eventJson: string];
 export type FleetReply =
   | { type: 'connected' }
   | { type: 'done'; ms: number }
-  | { type: 'paced'; ms: number; latencies: Float64Array; sendLags: Float64Array }
+  | { type: 'paced'; ms: number; latencies: Float64Array; memberLatencies: Float64Array[]; sendLags: Float64Array }
   | { type: 'frames'; received: Frame[][] }
   | { type: 'closed' }
   | { type: 'failed'; error: string };
@@ -72,7 +74,7 @@ function groupBy<T>(items: readonly T[], key: (item: T) => string): T[][] {
 
 async function connectTether(wsBase: string, specs: ClientSpec[]): Promise<Fleet> {
   const clients = await Promise.all(
-    specs.map((c) => BenchClient.connect(wsBase, c.auth, c.conversationId, c.afterSeq, c.index)),
+    specs.map((c) => BenchClient.connect(c.wsBase ?? wsBase, c.auth, c.conversationId, c.afterSeq, c.index)),
   );
   // The sender first in each group.
   const order = specs.map((_, i) => i).sort((a, b) => Number(specs[b]!.sends) - Number(specs[a]!.sends));

@@ -3,14 +3,11 @@
 // or c with every node up (the baseline), then kill -9 of a and each
 // conversation's next message sent through b or c until it is accepted and
 // answered. The row and its prose: failoverRows.ts.
-import { access, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { access } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pLimit from 'p-limit';
-import { connectNats, kvClusterStore, type ClusterStore, type NatsConnection } from '../src/store/index.ts';
-import { startNatsCluster, type NatsCluster } from '../test/support/natsCluster.ts';
-import { freePort } from '../test/support/serverProcess.ts';
+import { kvClusterStore, type ClusterStore } from '../src/store/index.ts';
 import {
   answers,
   awaitingInput,
@@ -23,7 +20,8 @@ import {
   type Accepted,
   type WireEvent,
 } from './failoverClients.ts';
-import { TetherNode } from './failoverNodes.ts';
+import type { TetherNode } from './failoverNodes.ts';
+import { startTetherCluster } from './tetherCluster.ts';
 
 /** The command that keeps a conversation mid-task: it marks its start, then outlives the round. */
 const MID_TASK_COMMAND = '!touch failover-started && sleep 600';
@@ -43,46 +41,26 @@ export interface FailoverCluster {
   stop(): Promise<void>;
 }
 
-/** The NATS cluster, then the three nodes, with a user per conversation (default limits apply per user). */
+/** The cluster of three nodes, with a user per conversation (default limits apply per user). */
 export async function startFailoverCluster(options: { leaseMs: number; users: number }): Promise<FailoverCluster> {
-  const undo: Array<() => Promise<unknown>> = [];
-  const stop = async () => {
-    for (const step of undo.splice(0).reverse()) await step().catch(() => undefined);
-  };
+  const cl = await startTetherCluster({
+    label: 'failover',
+    users: options.users,
+    env: { TETHER_LEASE_MS: String(options.leaseMs), TETHER_LOG_LEVEL: 'info' },
+  });
   try {
-    const nats: NatsCluster = await startNatsCluster();
-    undo.push(() => nats.stop());
-    const workspaces = await mkdtemp(join(tmpdir(), 'tether-bench-failover-ws-'));
-    undo.push(() => rm(workspaces, { recursive: true, force: true }));
-    const tokens = Array.from({ length: options.users }, (_, i) => `failover-${i}`);
-    const env = {
-      NATS_URL: nats.url,
-      TETHER_LEASE_MS: String(options.leaseMs),
-      TETHER_WORKSPACES_DIR: workspaces,
-      TETHER_TOKENS: tokens.map((t, i) => `${t}:failover-user-${i}`).join(','),
-      TETHER_LOG_LEVEL: 'info',
-    };
-    const nodes: TetherNode[] = [];
-    for (const name of ['node-a', 'node-b', 'node-c']) {
-      const dataDir = await mkdtemp(join(tmpdir(), `tether-bench-failover-${name}-`));
-      undo.push(() => rm(dataDir, { recursive: true, force: true }));
-      const node = await TetherNode.start({ name, port: await freePort(), dataDir, env });
-      undo.push(() => node.stop());
-      nodes.push(node);
-    }
-    const nc: NatsConnection = await connectNats(nats.url, { name: 'tether-bench-failover' });
-    undo.push(() => nc.close());
+    const [owner, ...survivors] = cl.nodes;
     return {
-      owner: nodes[0]!,
-      survivors: [nodes[1]!, nodes[2]!],
-      tokens,
-      workspaces,
+      owner,
+      survivors,
+      tokens: cl.tokens,
+      workspaces: cl.workspaces,
       leaseMs: options.leaseMs,
-      heartbeats: await kvClusterStore(nc, { leaseMs: options.leaseMs }),
-      stop,
+      heartbeats: await kvClusterStore(cl.nc, { leaseMs: options.leaseMs }),
+      stop: cl.stop,
     };
   } catch (err) {
-    await stop();
+    await cl.stop();
     throw err;
   }
 }

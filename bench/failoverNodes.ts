@@ -1,6 +1,7 @@
-// The failover bench's Tether nodes: `tether serve` processes (compiled, as
-// `npm start` runs them, or through tsx), each a child of the bench that keeps
-// its JSON log lines, so that the bench can split a takeover into its phases.
+// The cluster benches' Tether nodes (see tetherCluster.ts): `tether serve`
+// processes (compiled, as `npm start` runs them, or through tsx), each a child
+// of the bench that keeps its JSON log lines, so that the bench can split a
+// takeover into its phases.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';

@@ -26,6 +26,11 @@ export interface PacedResult {
   ms: number;
   /** Per message (k × conversations + c), ms from due to the last client of its conversation having it. */
   latencies: Float64Array;
+  /**
+   * Per client position in a group (0: the sender), per message as above, ms
+   * from due to that client having it; NaN where a group has no such client.
+   */
+  memberLatencies: Float64Array[];
   /** Per message, ms from due to actually sent: how closely this process kept to the schedule. */
   sendLags: Float64Array;
 }
@@ -38,6 +43,8 @@ export interface PacedResult {
 export function pacedRun(groups: readonly PacedGroup[], messages: number, perSecond: number): Promise<PacedResult> {
   const total = groups.length * messages;
   const latencies = new Float64Array(total);
+  const widest = Math.max(0, ...groups.map((g) => g.members.length));
+  const memberLatencies = Array.from({ length: widest }, () => new Float64Array(total).fill(NaN));
   const sendLags = new Float64Array(total);
   const arrivals = new Uint16Array(total);
   const t0 = performance.now() + 5;
@@ -47,16 +54,18 @@ export function pacedRun(groups: readonly PacedGroup[], messages: number, perSec
   let timer: NodeJS.Timeout | undefined;
   const finished = new Promise<number>((resolve, reject) => {
     groups.forEach((group, c) => {
-      for (const member of group.members) {
+      group.members.forEach((member, position) => {
         member.onArrival = (k) => {
           const g = k * groups.length + c;
           if (k >= messages || g >= next)
             return reject(new Error(`message ${k} of conversation ${c} arrived but was never sent`));
+          const ms = performance.now() - due(g);
+          memberLatencies[position]![g] = ms;
           if (++arrivals[g]! < group.members.length) return;
-          latencies[g] = performance.now() - due(g);
+          latencies[g] = ms;
           if (++delivered === total) resolve(performance.now() - t0);
         };
-      }
+      });
     });
     const tick = () => {
       const now = performance.now();
@@ -71,7 +80,7 @@ export function pacedRun(groups: readonly PacedGroup[], messages: number, perSec
   });
   const failed = Promise.race(groups.flatMap((g) => g.members.map((m) => m.failed)));
   return Promise.race([finished, failed])
-    .then((ms) => ({ ms, latencies, sendLags }))
+    .then((ms) => ({ ms, latencies, memberLatencies, sendLags }))
     .finally(() => {
       clearTimeout(timer);
       for (const group of groups) for (const member of group.members) member.onArrival = null;

@@ -68,7 +68,7 @@ export async function repeat<T>(
  * True when other processes used more than a fifth of a core while it ran.
  * /proc counts in 10 ms ticks, so short runs also need a few ticks' margin.
  */
-export function busyMachine(use: CpuUse): boolean {
+export function busyMachine(use: Pick<CpuUse, 'restMs' | 'wallMs'>): boolean {
   return use.restMs > 0.2 * use.wallMs && use.restMs > 5 * TICK_MS;
 }
 
@@ -109,6 +109,29 @@ export function cpuMeter(natsPid: number, clientsPid?: number): () => CpuUse {
     const clientsMs = clientsPid === undefined ? 0 : procCpuMs(clientsPid) - clients0;
     const restMs = Math.max(0, machineBusyMs() - busy0 - nodeMs - natsMs - clientsMs);
     return { wallMs: performance.now() - t0, nodeMs, natsMs, clientsMs, restMs };
+  };
+}
+
+/** CPU time (ms) of named processes over a stretch of wall time, and of everything else on the machine. */
+export interface ProcessesCpu {
+  wallMs: number;
+  byName: Record<string, number>;
+  /** Every other process, this one included. */
+  restMs: number;
+}
+
+/**
+ * Starts measuring CPU time (user + system) of each named process (Linux
+ * /proc, 10 ms ticks); the returned function stops and reports it.
+ */
+export function processesCpuMeter(pids: Readonly<Record<string, number>>): () => ProcessesCpu {
+  const start = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, procCpuMs(pid)]));
+  const busy0 = machineBusyMs();
+  const t0 = performance.now();
+  return () => {
+    const byName = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, procCpuMs(pid) - start[name]!]));
+    const named = Object.values(byName).reduce((a, b) => a + b, 0);
+    return { wallMs: performance.now() - t0, byName, restMs: Math.max(0, machineBusyMs() - busy0 - named) };
   };
 }
 

@@ -4,8 +4,10 @@
 // JetStream, rehydration of a 10,000-event conversation (c, d), the heap of
 // 10,000 live and passivated sessions (e), resume after a drop (f), density of
 // ws connections (g), cold start (h) and the host's CPU per agent
-// step in a long conversation against a short one (i), and failover in a cluster
-// of three nodes on a 3-node NATS cluster, against the lease (j). Writes bench/RESULTS.md and prints
+// step in a long conversation against a short one (i), failover in a cluster
+// of three nodes on a 3-node NATS cluster, against the lease (j), and on such a
+// cluster delivery to a non-owner node against the owner (k) and throughput on
+// three nodes against one (l). Writes bench/RESULTS.md and prints
 // the table. Exits 1 on any error or timeout; a missed target is
 // reported (and profiled), not an error.
 import { rmSync } from 'node:fs';
@@ -19,6 +21,7 @@ import { measureAgentStep } from './agentStepRows.ts';
 import { measureAppend } from './appendRows.ts';
 import { CODE_KIND, RESULTS_FILE } from './benchFiles.ts';
 import type { BenchContext, Measure } from './benchContext.ts';
+import { measureCluster } from './clusterRows.ts';
 import { measureColdStart } from './coldStartRows.ts';
 import { measureDensity } from './densityRows.ts';
 import { measureFailover } from './failoverRows.ts';
@@ -52,6 +55,7 @@ const STEPS: ReadonlyArray<{ name: string; measure: Measure }> = [
   { name: 'coldstart', measure: measureColdStart },
   { name: 'agentstep', measure: async (ctx) => measureAgentStep(ctx) },
   { name: 'failover', measure: async (ctx) => measureFailover(ctx) },
+  { name: 'cluster', measure: async (ctx) => measureCluster(ctx) },
 ];
 // `--only=append,resume` runs those steps and prints their rows without writing RESULTS.md.
 const only = process.argv
@@ -128,14 +132,14 @@ async function main(): Promise<void> {
       settings: [
         `Code under test: ${CODE_KIND}, in the bench's process and in every child process.`,
         ...ctx.settings,
-        'Fresh stream and bucket names for every run; one nats-server on a temporary directory, removed afterwards (the failover step (j) starts a cluster of three of its own, also removed).',
+        'Fresh stream and bucket names for every run; one nats-server on a temporary directory, removed afterwards (the failover step (j) and the cluster step (k, l) each start a cluster of three of their own, also removed).',
       ],
       rows,
       runs: ctx.runs,
       notes: [
         ...ctx.notes,
         `The Tether side and the raw baselines run in this one node process (the ws clients and the heap measurement in child processes), on ${machine.cores} cores shared with nats-server.`,
-        'Ratios: (a, a1, a2) Tether events/s ÷ raw msgs/s and (a3) ÷ Socket.IO msgs/s, and the recovery rows (f1, f3, f4): higher is better; every other row is Tether ÷ baseline for a time or a size: lower is better. Each step notes its own rows.',
+        'Ratios: (a, a1, a2) Tether events/s ÷ raw msgs/s and (a3) ÷ Socket.IO msgs/s, (l) 3 nodes ÷ 1 node events/s, and the recovery rows (f1, f3, f4): higher is better; every other row is Tether ÷ baseline for a time or a size: lower is better. Each step notes its own rows.',
         'nats-server acknowledges before fsync (default sync interval), for both sides alike.',
       ],
       profiles,
