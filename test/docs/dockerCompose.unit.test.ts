@@ -177,6 +177,9 @@ function balancerProblems(c: Compose, readConf: (path: string) => string): strin
     (map?.block ?? []).some((d: NginxDirective) => d.name === key && d.args.join(' ') === value);
   if (!maps('default', 'upgrade') || !maps('', 'close'))
     problems.push('no map $http_upgrade $connection_upgrade { default upgrade; "" close; }');
+  const metrics = findDirectives(conf, 'location').find((d) => d.args.join(' ') === '= /metrics')?.block ?? [];
+  if (!metrics.some((d) => d.name === 'return' || (d.name === 'deny' && d.args[0] === 'all')))
+    problems.push('/metrics (no token) is passed to a node');
   const readTimeout = nginxSeconds(one('proxy_read_timeout')[0] ?? '60s');
   if (!(readTimeout >= 600)) problems.push(`proxy_read_timeout is ${readTimeout} s: a quiet WebSocket is cut`);
   return problems;
@@ -252,6 +255,11 @@ describe('docker-compose.yml', () => {
       /not tether-1:3000, tether-2:3000, tether-3:3000/,
     ],
     ['the default read timeout', (conf) => conf.replace(/proxy_read_timeout .*;/, ''), /proxy_read_timeout is 60 s/],
+    [
+      '/metrics passed through',
+      (conf) => conf.replace(/location = \/metrics \{[^}]*\}/, ''),
+      /\/metrics \(no token\) is passed/,
+    ],
   ];
   it.each(brokenConf)('fails the load balancer with %s', (_what, breakIt, problem) => {
     const text = breakIt(readRepoFile('deploy/nginx.conf'));
