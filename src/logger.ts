@@ -16,10 +16,20 @@ export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
 const ORDER: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2, error: 3, silent: 4 };
 
-export function jsonLogger(
-  level: LogLevel = 'info',
-  write: (line: string) => void = (l) => process.stderr.write(l),
-): Logger {
+let stderrGone = false;
+
+/**
+ * Writes to stderr until it fails once (EPIPE: whoever read it went away),
+ * then drops the lines. Without this, the failed write is an uncaught error,
+ * logging it fails again, and the process spins on it for ever.
+ */
+function writeStderr(line: string): void {
+  if (stderrGone) return;
+  if (process.stderr.listenerCount('error') === 0) process.stderr.on('error', () => (stderrGone = true));
+  process.stderr.write(line);
+}
+
+export function jsonLogger(level: LogLevel = 'info', write: (line: string) => void = writeStderr): Logger {
   const emit = (lvl: Exclude<LogLevel, 'silent'>, message: string, fields?: Record<string, unknown>) => {
     if (ORDER[lvl] < ORDER[level]) return;
     write(`${JSON.stringify({ ts: new Date().toISOString(), level: lvl, msg: message, ...fields })}\n`);

@@ -95,3 +95,37 @@ describe('tether serve that cannot start', () => {
     expect(single.stderr).toContain('non-clustered');
   });
 });
+
+describe('tether serve whose stderr reader goes away', () => {
+  it('drops its log lines and still stops on SIGTERM (a broken pipe does not make it spin on its own error)', async () => {
+    const dataDir = await makeDataDir();
+    dataDirs.push(dataDir);
+    const port = await freePort();
+    const child = spawn(process.execPath, [BIN, 'serve'], {
+      env: {
+        ...process.env,
+        NATS_URL: '',
+        TETHER_HOST: '127.0.0.1',
+        TETHER_PORT: String(port),
+        TETHER_DATA_DIR: dataDir,
+      },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    const exited = new Promise<number | null>((done) => child.once('exit', done));
+    try {
+      await waitForPort(port);
+      for (let i = 0; i < 100; i++) {
+        if ((await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      child.stderr.destroy();
+      // Every request that fails logs; the shutdown logs too.
+      await fetch(`http://127.0.0.1:${port}/api/conversations/nope`).catch(() => null);
+      child.kill('SIGTERM');
+      const code = await Promise.race([exited, new Promise((r) => setTimeout(() => r('still running'), 15_000))]);
+      expect(code).toBe(0);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
