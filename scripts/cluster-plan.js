@@ -1,6 +1,7 @@
 // What `npm run cluster` starts: the settings it reads, the ports it takes, and each
 // nats-server's arguments and each Tether node's environment. scripts/cluster.js runs it.
 import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 
@@ -27,10 +28,11 @@ export function readSettings(env) {
   if (env.NATS_URL) notes.push('NATS_URL is set: ignored, the cluster runs nats-servers of its own');
   let secretsKey = env.TETHER_SECRETS_KEY;
   if (!secretsKey) {
-    secretsKey = randomBytes(32).toString('base64');
+    const kept = keptSecretsKey(clusterDir);
+    secretsKey = kept.key;
     notes.push(
-      'TETHER_SECRETS_KEY is not set: generated one for this run (not shown). Secrets of conversations ' +
-        'made now will not open in a later run; set TETHER_SECRETS_KEY (openssl rand -base64 32) to keep them.',
+      `TETHER_SECRETS_KEY is not set: ${kept.made ? 'generated one' : 'using the one'} kept in ${kept.file} ` +
+        '(readable by you only; not shown), so that secrets of conversations made in one run open in the next.',
     );
   }
   return {
@@ -43,6 +45,17 @@ export function readSettings(env) {
     workspacesDir: resolve(env.TETHER_WORKSPACES_DIR || join(clusterDir, 'workspaces')),
     secretsKey,
   };
+}
+
+/** The secrets key kept in the cluster's data dir, made (32 random bytes, mode 0600) the first time. */
+function keptSecretsKey(clusterDir) {
+  const file = join(clusterDir, 'secrets-key');
+  const kept = existsSync(file) ? readFileSync(file, 'utf8').trim() : '';
+  if (kept) return { key: kept, file, made: false };
+  const key = randomBytes(32).toString('base64');
+  mkdirSync(clusterDir, { recursive: true });
+  writeFileSync(file, `${key}\n`, { mode: 0o600 });
+  return { key, file, made: true };
 }
 
 /** Fails, naming the port, when one of the nodes' ports cannot be listened on. */

@@ -1,7 +1,7 @@
 // `npm run cluster` (scripts/cluster.js): three nats-servers and three Tether nodes on one machine.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { readFile, rm, stat } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -136,9 +136,14 @@ describe('npm run cluster', () => {
       })),
     );
     for (const node of nodes) expect((await http(node.url, 'GET', '/healthz')).status, node.name).toBe(200);
-    // A key was made for the run (on a shared NATS, secrets need one: 400 SECRETS_NEED_KEY otherwise), and not shown.
-    expect(run.output()).toMatch(/TETHER_SECRETS_KEY is not set: generated one for this run/);
+    // A key was made and kept for later runs (on a shared NATS, secrets need one: 400 SECRETS_NEED_KEY otherwise), and not shown.
+    expect(run.output()).toMatch(
+      /TETHER_SECRETS_KEY is not set: generated one kept in .*secrets-key \(readable by you only/,
+    );
     expect(run.output()).not.toMatch(BASE64_KEY);
+    const keyFile = join(run.dataDir, 'cluster', 'secrets-key');
+    expect((await stat(keyFile)).mode & 0o777).toBe(0o600);
+    expect((await readFile(keyFile, 'utf8')).trim()).toMatch(BASE64_KEY);
 
     const created = await http<{ conversation_id: string }>(
       nodes[0]!.url,
@@ -171,9 +176,9 @@ describe('npm run cluster', () => {
     const goneAt = new Map<number, number>();
     let done = false;
     void run.exited.then(() => (done = true));
-    while (!done) {
-      for (const pid of [...natsServers, ...tetherNodes])
-        if (!goneAt.has(pid) && !isAlive(pid)) goneAt.set(pid, performance.now());
+    // By poll round, not by clock: two processes seen gone in the same round went in an order no one can tell.
+    for (let round = 0; !done; round++) {
+      for (const pid of [...natsServers, ...tetherNodes]) if (!goneAt.has(pid) && !isAlive(pid)) goneAt.set(pid, round);
       await new Promise((r) => setTimeout(r, 1));
     }
     expect(await run.exited, run.output()).toBe(0);
