@@ -1,11 +1,9 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import {
   JetStreamApiCodes,
-  jetstream,
   jetstreamManager,
   type Consumer,
   type JsMsg,
-  type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream';
 import { eventBytes, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
@@ -31,6 +29,7 @@ import {
   type EventStreamOptions,
 } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
+import { OrderedConsumers } from './orderedConsumers.ts';
 
 /** Stream name (default `TETHER_EVENTS`), subject prefix (default `tether.conv`) and replicas (default 1). */
 export type JetStreamEventLogOptions = EventStreamOptions;
@@ -64,7 +63,7 @@ export class JetStreamEventLog implements EventLog {
   readonly stream: string;
   readonly subjectPrefix: string;
   readonly #nc: NatsConnection;
-  readonly #js: JetStreamClient;
+  readonly #consumers: OrderedConsumers;
   readonly #jsm: JetStreamManager;
   readonly #publisher: JetStreamPublisher;
 
@@ -72,7 +71,7 @@ export class JetStreamEventLog implements EventLog {
     this.stream = options.stream ?? DEFAULT_STREAM;
     this.subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
     this.#nc = nc;
-    this.#js = jetstream(nc);
+    this.#consumers = new OrderedConsumers(nc);
     this.#jsm = jsm;
     this.#publisher = new JetStreamPublisher(nc);
   }
@@ -103,7 +102,7 @@ export class JetStreamEventLog implements EventLog {
     try {
       // One direct get answers the common "nothing new" case without a consumer.
       if ((await this.#lastSeqOn(subject)) <= afterSeq) return { items: [], hasMore: false };
-      const consumer = await this.#js.consumers.get(this.stream, {
+      const consumer = await this.#consumers.get(this.stream, {
         filter_subjects: subject, // a string: 2.9 has no multi-filter consumers
         opt_start_seq: afterSeq + 1,
         inactive_threshold: READ_CONSUMER_IDLE_MS,
@@ -147,7 +146,7 @@ export class JetStreamEventLog implements EventLog {
     return new JetStreamFollower(
       {
         nc: this.#nc,
-        js: this.#js,
+        consumers: this.#consumers,
         jsm: this.#jsm,
         stream: this.stream,
         subjectPrefix: this.subjectPrefix,

@@ -1,14 +1,15 @@
-import type { ConsumerMessages, JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
+import type { ConsumerMessages, JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection, Status } from '@nats-io/transport-node';
 import { parseStoredEvent } from '../protocol/index.ts';
 import type { FollowHandlers, LogFollower } from './eventLog.ts';
+import type { OrderedConsumers } from './orderedConsumers.ts';
 
 /** How long a follow waits before it opens its consumer again after a failure. */
 const RESTART_DELAY_MS = 1_000;
 
 export interface JetStreamFollowerOptions {
   nc: NatsConnection;
-  js: JetStreamClient;
+  consumers: OrderedConsumers;
   jsm: JetStreamManager;
   stream: string;
   subjectPrefix: string;
@@ -74,7 +75,7 @@ export class JetStreamFollower implements LogFollower {
   }
 
   async #run(started: () => void): Promise<void> {
-    const { js, jsm, stream, subjectPrefix, maxBytes } = this.#options;
+    const { consumers, jsm, stream, subjectPrefix, maxBytes } = this.#options;
     const filter = `${subjectPrefix}.*.events`;
     const idFrom = subjectPrefix.length + 1;
     while (!this.#stopped) {
@@ -83,7 +84,7 @@ export class JetStreamFollower implements LogFollower {
           this.#next = (await jsm.streams.info(stream)).state.last_seq + 1;
           started();
         }
-        const consumer = await js.consumers.get(stream, { filter_subjects: filter, opt_start_seq: this.#next });
+        const consumer = await consumers.get(stream, { filter_subjects: filter, opt_start_seq: this.#next });
         if (this.#stopped) break;
         const messages = (this.#messages = await consumer.consume({ max_bytes: maxBytes }));
         if (this.#stopped) messages.stop();

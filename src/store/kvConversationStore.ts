@@ -1,6 +1,6 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
-import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { openBucket, type Replication } from './streamSettings.ts';
 import type { ZodType } from 'zod';
 import { entryKey, isLegacyKey, MARKER_PREFIX, markerKey, userPrefix } from './conversationKeys.ts';
@@ -16,6 +16,7 @@ import { LegacyRecord, migrateLegacyRecord } from './legacyConversationRecord.ts
 import { pullBytes } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
 import { scanKv, type KvScanDeps } from './kvScan.ts';
+import { OrderedConsumers } from './orderedConsumers.ts';
 
 export const DEFAULT_CONVERSATION_BUCKET = 'tether_conversations';
 
@@ -38,7 +39,7 @@ export class KvConversationStore implements ConversationStore {
 
   constructor(nc: NatsConnection, jsm: JetStreamManager, kv: KV, bucket: string) {
     this.#kv = kv;
-    this.#scan = { js: jetstream(nc), jsm, kv, bucket, maxBytes: pullBytes(nc) };
+    this.#scan = { consumers: new OrderedConsumers(nc), jsm, kv, bucket, maxBytes: pullBytes(nc) };
   }
 
   async put(entry: ConversationEntry): Promise<void> {

@@ -1,5 +1,6 @@
-import { DeliverPolicy, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { DeliverPolicy, type JetStreamManager } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
+import type { OrderedConsumers } from './orderedConsumers.ts';
 
 /** Scan consumers are dropped by the server this long after a lost delete. */
 const SCAN_CONSUMER_IDLE_MS = 60_000;
@@ -14,7 +15,7 @@ export interface KvValue {
 }
 
 export interface KvScanDeps {
-  js: JetStreamClient;
+  consumers: OrderedConsumers;
   jsm: JetStreamManager;
   kv: KV;
   bucket: string;
@@ -62,7 +63,7 @@ async function streamValues(
   endSeq: number,
 ): Promise<Map<string, Uint8Array | null>> {
   const values = new Map<string, Uint8Array | null>();
-  const consumer = await deps.js.consumers.get(stream, {
+  const consumer = await deps.consumers.get(stream, {
     filter_subjects: filter, // a string: 2.9 has no multi-filter consumers
     deliver_policy: DeliverPolicy.All,
     inactive_threshold: SCAN_CONSUMER_IDLE_MS,

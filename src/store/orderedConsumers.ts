@@ -1,0 +1,39 @@
+import { errors, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream, type Consumer, type JetStreamClient, type OrderedConsumerOptions } from '@nats-io/jetstream';
+
+// nats-server 2.9 places a new consumer of a replicated stream on one of the stream's
+// servers, and learns late that one is gone: a consumer placed on a killed server is
+// never made, and its creation waits out the request's timeout (a third of creations
+// for a minute and more after a kill -9). A short first wait, then longer ones (a busy
+// but live server gets its time): another attempt lands on a live server.
+const CREATE_TIMEOUTS_MS = [1_000, 2_000, 4_000, 8_000];
+
+function isTimeout(err: unknown): boolean {
+  return (
+    err instanceof errors.TimeoutError ||
+    (err instanceof errors.RequestError && err.cause instanceof errors.TimeoutError)
+  );
+}
+
+/** Makes the ordered consumers every read uses, again when one's creation times out. */
+export class OrderedConsumers {
+  readonly #clients: JetStreamClient[];
+
+  constructor(nc: NatsConnection) {
+    this.#clients = CREATE_TIMEOUTS_MS.map((timeout) => jetstream(nc, { timeout }));
+  }
+
+  async get(stream: string, options: Partial<OrderedConsumerOptions>): Promise<Consumer> {
+    let last: unknown;
+    for (const js of this.#clients) {
+      try {
+        // A copy: nats.js writes its name prefix into the options it is given.
+        return await js.consumers.get(stream, { ...options });
+      } catch (err) {
+        if (!isTimeout(err)) throw err;
+        last = err;
+      }
+    }
+    throw last;
+  }
+}
