@@ -133,11 +133,14 @@ export async function untilQuiet(
   let previous = new Map<string, number>();
   let logs = new Map<string, LoggedEvent[]>();
   let unsettled: string[] = [...ids];
+  let readError: string | undefined;
   while (Date.now() < deadline) {
     await Promise.all(unsettled.map((id) => http(baseUrl, 'GET', `/api/conversations/${id}`).catch(() => undefined)));
     try {
       logs = new Map(await Promise.all(ids.map(async (id) => [id, await allEvents(baseUrl, id)] as const)));
-    } catch {
+      readError = undefined;
+    } catch (err) {
+      readError = err instanceof Error ? err.message : JSON.stringify(err);
       await sleep(stableMs);
       continue;
     }
@@ -151,8 +154,9 @@ export async function untilQuiet(
   const describe = unsettled.map(
     (id) => `${id}: ends with ${JSON.stringify(logs.get(id)?.at(-1)?.event ?? null).slice(0, 200)}`,
   );
+  const failedRead = readError === undefined ? '' : `; the last read of the logs failed: ${readError}`;
   throw new Error(
-    `conversations did not settle within ${timeoutMs} ms: ${describe.join('; ') || 'their logs kept moving'}`,
+    `conversations did not settle within ${timeoutMs} ms: ${describe.join('; ') || 'their logs kept moving'}${failedRead}`,
   );
 }
 

@@ -24,6 +24,8 @@ export interface ClusterServer {
   readonly routePort: number;
   /** `nats://127.0.0.1:<port>` */
   readonly url: string;
+  /** `http://127.0.0.1:<port>` of its monitoring endpoints (`/connz`, `/jsz`...), with `monitor: true`; kept across restarts. */
+  readonly monitorUrl: string | undefined;
   readonly storeDir: string;
   /** nats-server's own pid; a new one after restart(). */
   readonly pid: number;
@@ -54,6 +56,8 @@ export interface NatsClusterOptions {
   size?: number;
   /** How long to wait for JetStream to answer cluster-wide (default 20 s). */
   readyTimeoutMs?: number;
+  /** Give each server a monitoring port (`-m`), exposed as `monitorUrl` (default false). */
+  monitor?: boolean;
 }
 
 /**
@@ -66,7 +70,7 @@ export async function startNatsCluster(options: NatsClusterOptions = {}): Promis
   const size = options.size ?? 3;
   let lastError: unknown;
   for (let attempt = 1; attempt <= START_ATTEMPTS; attempt++) {
-    const nodes = await planNodes(size);
+    const nodes = await planNodes(size, options.monitor ?? false);
     try {
       const started = await Promise.allSettled(nodes.map((node) => node.start()));
       const failed = started.find((result) => result.status === 'rejected');
@@ -94,12 +98,17 @@ class ClusterNode implements ClusterServer {
     readonly name: string,
     readonly port: number,
     readonly routePort: number,
+    readonly monitorPort: number | undefined,
     readonly dataDir: string,
     readonly extraArgs: readonly string[],
   ) {}
 
   get url(): string {
     return `nats://127.0.0.1:${this.port}`;
+  }
+
+  get monitorUrl(): string | undefined {
+    return this.monitorPort === undefined ? undefined : `http://127.0.0.1:${this.monitorPort}`;
   }
 
   get storeDir(): string {
@@ -160,21 +169,37 @@ class ClusterNode implements ClusterServer {
 }
 
 /** Names, distinct free ports and a store for each server; nothing started yet. */
-async function planNodes(size: number): Promise<ClusterNode[]> {
+async function planNodes(size: number, monitor: boolean): Promise<ClusterNode[]> {
   const ports = new Set<number>();
-  while (ports.size < 2 * size) ports.add(await freePort());
-  const [clientPorts, routePorts] = [[...ports].slice(0, size), [...ports].slice(size)];
+  while (ports.size < (monitor ? 3 : 2) * size) ports.add(await freePort());
+  const all = [...ports];
+  const [clientPorts, routePorts, monitorPorts] = [all.slice(0, size), all.slice(size, 2 * size), all.slice(2 * size)];
   const routes = routePorts.map((port) => `nats://127.0.0.1:${port}`);
   const clusterName = `tether-test-${randomBytes(4).toString('hex')}`;
   return Promise.all(
     clientPorts.map(async (port, i) => {
       const name = `n${i + 1}`;
       const routePort = routePorts[i]!;
+      const monitorPort = monitorPorts[i];
       const dataDir = await mkdtemp(join(tmpdir(), `tether-cluster-${name}-`));
       const args = ['--server_name', name, '--cluster_name', clusterName, '--cluster', routes[i]!];
-      return new ClusterNode(name, port, routePort, dataDir, [...args, '--routes', routes.join(',')]);
+      if (monitorPort !== undefined) args.push('-m', String(monitorPort));
+      return new ClusterNode(name, port, routePort, monitorPort, dataDir, [...args, '--routes', routes.join(',')]);
     }),
   );
+}
+
+/**
+ * The names of the clients connected to a running server right now, as its
+ * `/connz` lists them (the cluster must have been started with `monitor: true`).
+ */
+export async function connectionNames(server: ClusterServer): Promise<string[]> {
+  if (server.monitorUrl === undefined)
+    throw new Error(`${server.name} has no monitoring port: start with monitor: true`);
+  const res = await fetch(`${server.monitorUrl}/connz?limit=1024`, { signal: AbortSignal.timeout(2_000) });
+  if (res.status !== 200) throw new Error(`${server.name} /connz answered ${res.status}: ${await res.text()}`);
+  const body = (await res.json()) as { connections?: Array<{ name?: string }> };
+  return (body.connections ?? []).map((connection) => connection.name ?? '');
 }
 
 /** Polls until a stream replicated on every server (up to 5) can be created, then deletes it. */

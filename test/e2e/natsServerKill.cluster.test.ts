@@ -1,0 +1,333 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { LoggedEvent } from '../../src/protocol/index.ts';
+import { connectNats } from '../../src/store/natsConnection.ts';
+import {
+  answersTo,
+  crashLogProblems,
+  deliveryProblem,
+  ReadyzProbe,
+  sleep,
+  untilQuiet,
+  userMessages,
+  type MessageAck,
+} from '../support/faults.ts';
+import { connectionNames, startNatsCluster, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
+import { ResendingChatter } from '../support/resendingChatter.ts';
+import {
+  createConversation,
+  eventually,
+  http,
+  makeDataDir,
+  startServer,
+  type ServerProcess,
+} from '../support/serverProcess.ts';
+import type { WsClient } from '../support/wsClient.ts';
+
+// kill -9 of the nats-server that Tether node `a` is connected to, on a
+// 3-node NATS cluster whose stream and buckets keep 3 replicas, while 20 ws
+// clients chat through nodes `a` and `b`. The server stays down until the end.
+const NODES = ['a', 'b'] as const;
+type NodeName = (typeof NODES)[number];
+const LEASE_MS = 2_000;
+const CONVERSATIONS = 10;
+/** Sending before the kill. */
+const BEFORE_KILL_MS = 2_500;
+/** Bounds after the kill: `a` on another server, `/readyz` of `a` answering 200 again. */
+const RECONNECT_TIMEOUT_MS = 10_000;
+const READY_AGAIN_TIMEOUT_MS = 15_000;
+/** Once `a` is ready again, every client must get this many messages acknowledged, within the bound. */
+const ACKS_AFTER_READY = 3;
+const ACKS_AFTER_READY_TIMEOUT_MS = 20_000;
+/** How long a client may take to get its last message acknowledged once told to stop. */
+const FINISH_TIMEOUT_MS = 20_000;
+const SETTLE_TIMEOUT_MS = 30_000;
+/** Open sockets catching up with the end of the log, all at once. */
+const DELIVERY_TIMEOUT_MS = 10_000;
+/** The restarted server's replicas catching up (2-7 s here, see natsCluster.cluster.test.ts). */
+const CATCH_UP_TIMEOUT_MS = 15_000;
+const CHATTER = { paceMs: { min: 50, max: 150 }, attemptTimeoutMs: 5_000, retryWaitMs: 250 };
+
+let nats: NatsCluster;
+let workspaces: string;
+const dataDirs = new Map<NodeName, string>();
+const nodes = new Map<NodeName, ServerProcess>();
+const sockets: WsClient[] = [];
+const node = (name: NodeName) => nodes.get(name)!;
+
+beforeAll(async () => {
+  nats = await startNatsCluster({ monitor: true });
+  workspaces = await mkdtemp(join(tmpdir(), 'tether-natskill-ws-'));
+  // One after the other: when two nodes create the replicated buckets at once, one of them
+  // may exit at start, its first heartbeat refused with 'jetstream is not enabled'.
+  for (const name of NODES) {
+    dataDirs.set(name, await makeDataDir());
+    const env = {
+      NATS_URL: nats.url,
+      TETHER_REPLICAS: '3',
+      TETHER_NODE_ID: name,
+      TETHER_LEASE_MS: String(LEASE_MS),
+      TETHER_WORKSPACES_DIR: workspaces,
+      // Every conversation is user `local`'s and runs at once: the per-user cap must send none out of memory.
+      TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
+      // Reconnections, lapses and takeovers, for the stderr printed when the test fails.
+      TETHER_LOG_LEVEL: 'info',
+    };
+    nodes.set(name, await startServer({ dataDir: dataDirs.get(name)!, env }));
+  }
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
+  await Promise.all([...nodes.values()].map((s) => s.stop()));
+  await nats?.stop();
+  await Promise.all([...dataDirs.values(), workspaces].map((d) => rm(d, { recursive: true, force: true })));
+}, 60_000);
+
+/** The running servers that list the node's NATS connection (`tether <node id>`) in their `/connz`. */
+async function serversOf(name: NodeName): Promise<ClusterServer[]> {
+  const running = nats.servers.filter((server) => server.running);
+  const names = await Promise.all(running.map((server) => connectionNames(server)));
+  return running.filter((_, i) => names[i]!.includes(`tether ${name}`));
+}
+
+/** The server the node is connected to, once it is connected to exactly one, and not to `not`. */
+function untilConnected(name: NodeName, timeoutMs: number, not?: ClusterServer): Promise<ClusterServer> {
+  return eventually(
+    async () => {
+      const servers = await serversOf(name);
+      return servers.length === 1 && servers[0] !== not ? servers[0] : undefined;
+    },
+    `node ${name} connected to one nats-server${not ? ` other than ${not.name}` : ''}`,
+    timeoutMs,
+  );
+}
+
+async function readyz(name: NodeName): Promise<number> {
+  return (await http(node(name).baseUrl, 'GET', '/readyz')).status;
+}
+
+describe('kill -9 of the nats-server a node is connected to, under 20 chatting ws clients', () => {
+  it('moves the node to another server, gets it ready again, and keeps every acknowledged message exactly once', async (ctx) => {
+    const startedAt = Date.now();
+    const timeline: string[] = [];
+    const mark = (what: string) => timeline.push(`${Date.now() - startedAt} ms: ${what}`);
+    ctx.onTestFailed(() => {
+      console.log(`timeline: ${timeline.join('; ')}`);
+      for (const name of NODES) console.log(`stderr of ${name} (tail):\n${node(name).stderr().slice(-6_000)}`);
+    });
+    // Created through a and b in turn, so each node owns half; one client on each node for each
+    // conversation, so that half the clients send through a node that forwards to the owner.
+    const ids = await Promise.all(
+      Array.from({ length: CONVERSATIONS }, (_, c) => createConversation(node(NODES[c % NODES.length]!).baseUrl)),
+    );
+    await untilQuiet(node('a').baseUrl, ids, { timeoutMs: 30_000, stableMs: 100 });
+    const chatters = ids.flatMap((id, c) =>
+      NODES.map((name) => new ResendingChatter(node(name).wsUrl, id, `c${c}-via-${name}`, { ...CHATTER, sockets })),
+    );
+    expect(await Promise.all(chatters.map((c) => c.open()))).toEqual(chatters.map(() => true));
+    const victim = await untilConnected('a', 5_000);
+    const serverOfB = await untilConnected('b', 5_000);
+    expect(await readyz('a')).toBe(200);
+
+    const probe = new ReadyzProbe(node('a').baseUrl, 50);
+    const runs = chatters.map((c) => c.run());
+    await sleep(BEFORE_KILL_MS);
+    const inFlightAtKill = chatters.filter((c) => c.actions.at(-1)?.ack === undefined).length;
+    await nats.kill(victim.name);
+    const killedAt = Date.now();
+    mark(`killed ${victim.name} (b on ${serverOfB.name})`);
+    const ackedBeforeKill = chatters.map((c) => c.acksSince(0));
+
+    const movedTo = await untilConnected('a', RECONNECT_TIMEOUT_MS, victim);
+    const reconnectedAt = Date.now();
+    mark(`a on ${movedTo.name}`);
+    await eventually(
+      async () => ((await readyz('a')) === 200 ? true : undefined),
+      '/readyz of a to answer 200 again',
+      READY_AGAIN_TIMEOUT_MS,
+    );
+    const readyAt = Date.now();
+    mark('a ready');
+    // Traffic goes on: every client, through either node, gets messages acknowledged again.
+    await eventually(
+      async () => chatters.every((c) => c.acksSince(readyAt) >= ACKS_AFTER_READY) || undefined,
+      'every client acknowledged again',
+      ACKS_AFTER_READY_TIMEOUT_MS,
+    ).catch(() => undefined);
+    const stalled = chatters.filter((c) => c.acksSince(readyAt) < ACKS_AFTER_READY);
+    mark(`${stalled.length} clients stalled`);
+    for (const c of chatters) c.stop(Date.now() + FINISH_TIMEOUT_MS);
+    await Promise.all(runs);
+    const sendingDone = Date.now();
+    mark('sending done');
+    await probe.stop();
+
+    const actions = chatters.flatMap((c) => c.actions.map((action) => ({ chatter: c, action })));
+    const notReady = probe.notReadyWindow();
+    console.log(
+      `nats server kill figures: ${JSON.stringify({
+        victim: victim.name,
+        a_moved_to: movedTo.name,
+        b_on: serverOfB.name,
+        clients: chatters.length,
+        in_flight_at_kill: inFlightAtKill,
+        acked_before_kill: ackedBeforeKill.reduce((n, k) => n + k, 0),
+        actions: actions.length,
+        resent: actions.filter(({ action }) => action.sends > 1).length,
+        misses: countBy(actions.flatMap(({ action }) => action.misses)),
+        ws_reconnects: chatters.reduce((n, c) => n + c.reconnects, 0),
+        reconnected_ms: reconnectedAt - killedAt,
+        readyz_503_ms_after_kill: notReady ? { from: notReady.from - killedAt, to: notReady.to - killedAt } : null,
+        ready_again_ms: readyAt - killedAt,
+        sending_after_ready_ms: sendingDone - readyAt,
+      })}`,
+    );
+
+    // Every client chatted before the kill and after a was ready again.
+    expect(
+      chatters.filter((_, i) => ackedBeforeKill[i] === 0).map((c) => c.name),
+      'clients with nothing acknowledged before the kill',
+    ).toEqual([]);
+    expect
+      .soft(
+        stalled.map((c) => `${c.name}: ${c.acksSince(readyAt)} acknowledged; last ${JSON.stringify(c.actions.at(-1))}`),
+        `clients with fewer than ${ACKS_AFTER_READY} messages acknowledged within ${ACKS_AFTER_READY_TIMEOUT_MS} ms of a ready again`,
+      )
+      .toEqual([]);
+    // Every message sent was acknowledged in the end: resent with its client_id until its event frame came.
+    expect
+      .soft(
+        actions.filter(({ action }) => !action.ack).map(({ action }) => JSON.stringify(action)),
+        'messages never acknowledged',
+      )
+      .toEqual([]);
+
+    // Each acknowledged message is stored exactly once, at the seq of its frame; ids dense; each answered once.
+    const logs = await untilQuiet(node('a').baseUrl, ids, { timeoutMs: SETTLE_TIMEOUT_MS });
+    mark('settled');
+    const problems = logProblems(chatters, logs, killedAt);
+    problems.push(...(await deliveryProblems(chatters, logs)));
+    expect(problems).toEqual([]);
+
+    // The killed server comes back, and its replicas of the stream and every bucket catch up.
+    const storedEvents = [...logs.values()].reduce((n, log) => n + log.length, 0);
+    const restartedAt = Date.now();
+    await nats.restart(victim.name);
+    const streams = await untilCaughtUp(victim, storedEvents);
+    console.log(
+      `nats server kill catch-up: ${JSON.stringify({ stored_events: storedEvents, catch_up_ms: Date.now() - restartedAt, streams, total_ms: Date.now() - startedAt })}`,
+    );
+  }, 150_000);
+});
+
+/**
+ * What is wrong with each conversation's log, compared with what its clients
+ * sent and were acknowledged: ids not dense, a message stored twice, stored
+ * that was never sent, not stored exactly once where its event frame said, or
+ * not answered exactly once by the scripted agent.
+ */
+function logProblems(
+  chatters: readonly ResendingChatter[],
+  logs: ReadonlyMap<string, LoggedEvent[]>,
+  killedAt: number,
+): string[] {
+  const acked = new Map<string, MessageAck>();
+  for (const chatter of chatters) {
+    for (const { content, ack } of chatter.actions) {
+      if (!ack) continue;
+      // round: 1 when acknowledged before the kill, 2 after.
+      const round = ack.at < killedAt ? 1 : 2;
+      acked.set(content, { conversationId: chatter.conversationId, seq: ack.seq, duplicate: false, round });
+    }
+  }
+  const problems: string[] = [];
+  for (const [id, log] of logs) {
+    const sent = new Set(
+      chatters.filter((c) => c.conversationId === id).flatMap((c) => c.actions.map((action) => action.content)),
+    );
+    problems.push(...crashLogProblems(id, log, { conversationId: id, acked, sent, before: [] }));
+    for (const m of userMessages(log)) {
+      const answers = answersTo(log, m.event.data.content).length;
+      if (answers !== 1) problems.push(`${id}: "${m.event.data.content}" answered ${answers} times`);
+    }
+  }
+  return problems;
+}
+
+/**
+ * Every socket got every stored event after its cursor, once and in order: the
+ * open ones up to the end of the log, the ones that closed up to their last frame.
+ */
+async function deliveryProblems(
+  chatters: readonly ResendingChatter[],
+  logs: ReadonlyMap<string, LoggedEvent[]>,
+): Promise<string[]> {
+  const connections = chatters.flatMap((chatter) => chatter.connections.map((connection) => ({ chatter, connection })));
+  await Promise.all(
+    connections.map(async ({ chatter, connection: { ws } }) => {
+      const end = logs.get(chatter.conversationId)!.at(-1)?.seq ?? 0;
+      if (ws.isOpen)
+        await ws.waitUntil(() => ws.lastSeq() >= end, { timeoutMs: DELIVERY_TIMEOUT_MS }).catch(() => undefined);
+    }),
+  );
+  const problems: string[] = [];
+  for (const { chatter, connection } of connections) {
+    const problem = deliveryProblem(connection, logs.get(chatter.conversationId)!, connection.ws.isOpen);
+    if (problem) problems.push(`${chatter.name}: ${problem}`);
+    if (connection.ws.invalid.length > 0)
+      problems.push(`${chatter.name}: invalid frames ${JSON.stringify(connection.ws.invalid).slice(0, 300)}`);
+  }
+  return problems;
+}
+
+/**
+ * Waits until every stream has the restarted server among its peers with all
+ * replicas current, and the server's own copy of the event stream (its `/jsz`)
+ * holds every stored event. Returns each stream's leader and message count.
+ */
+async function untilCaughtUp(server: ClusterServer, storedEvents: number): Promise<Record<string, string>> {
+  const nc = await connectNats(nats.url, { name: 'nats-server-kill-test' });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const infos = await eventually(
+      async () => {
+        const all: StreamInfo[] = [];
+        for await (const si of jsm.streams.list()) all.push(si);
+        const current = all.every((si) => {
+          const peers = [si.cluster?.leader, ...(si.cluster?.replicas ?? []).map((r) => r.name)];
+          return peers.includes(server.name) && (si.cluster?.replicas ?? []).every((r) => r.current && !r.offline);
+        });
+        return all.length > 0 && current && (await eventsHeldBy(server)) === storedEvents ? all : undefined;
+      },
+      `${server.name} to rejoin every stream and hold all ${storedEvents} events`,
+      CATCH_UP_TIMEOUT_MS,
+    );
+    expect(infos.find((si) => si.config.name === 'TETHER_EVENTS')?.state.messages).toBe(storedEvents);
+    expect(infos.map((si) => si.config.num_replicas)).toEqual(infos.map(() => 3));
+    return Object.fromEntries(infos.map((si) => [si.config.name, `${si.cluster?.leader} ${si.state.messages}`]));
+  } finally {
+    await nc.close();
+  }
+}
+
+/** How many messages the server's own replica of the event stream holds, by its `/jsz`. */
+async function eventsHeldBy(server: ClusterServer): Promise<number | undefined> {
+  const res = await fetch(`${server.monitorUrl}/jsz?accounts=true&streams=true`, {
+    signal: AbortSignal.timeout(2_000),
+  });
+  const body = (await res.json()) as {
+    account_details?: Array<{ stream_detail?: Array<{ name: string; state: { messages: number } }> }>;
+  };
+  const streams = (body.account_details ?? []).flatMap((account) => account.stream_detail ?? []);
+  return streams.find((stream) => stream.name === 'TETHER_EVENTS')?.state.messages;
+}
+
+function countBy(keys: readonly string[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const key of keys) counts[key] = (counts[key] ?? 0) + 1;
+  return counts;
+}
