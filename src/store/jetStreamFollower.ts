@@ -6,6 +6,13 @@ import type { OrderedConsumers } from './orderedConsumers.ts';
 
 /** How long a follow waits before it opens its consumer again after a failure. */
 const RESTART_DELAY_MS = 1_000;
+/**
+ * The server's heartbeat on an idle pull; two missed in a row and the follow
+ * opens a new consumer. nats.js would only ask for the consumer's info again,
+ * for ever, when the server that held it was killed (the info times out: it is
+ * neither there nor gone), and the feed would stay silent.
+ */
+const HEARTBEAT_MS = 1_000;
 
 export interface JetStreamFollowerOptions {
   nc: NatsConnection;
@@ -24,7 +31,8 @@ export interface JetStreamFollowerOptions {
  * delivered; when it gives up (the connection closed for a while, the
  * consumer lost), the follow opens a new one at that same sequence, so no
  * event is skipped. It does so at once when the connection comes back: the
- * ordered consumer would only notice missed heartbeats many seconds later. A conversation's events are parsed only while someone
+ * ordered consumer would only notice missed heartbeats many seconds later. Two
+ * missed heartbeats (the server that held the consumer died) open a new one too. A conversation's events are parsed only while someone
  * wants them; the parsed event keeps the stored bytes for its frames.
  */
 export class JetStreamFollower implements LogFollower {
@@ -60,6 +68,19 @@ export class JetStreamFollower implements LogFollower {
     await this.#done;
   }
 
+  async #restartOnSilence(messages: ConsumerMessages): Promise<void> {
+    try {
+      for await (const note of messages.status()) {
+        if (note.type !== 'heartbeats_missed') continue;
+        this.#restartNow = true;
+        messages.stop();
+        return;
+      }
+    } catch {
+      // The messages stopped: so did their notifications.
+    }
+  }
+
   async #restartOnReconnect(statuses: AsyncIterable<Status>): Promise<void> {
     try {
       for await (const status of statuses) {
@@ -86,8 +107,12 @@ export class JetStreamFollower implements LogFollower {
         }
         const consumer = await consumers.get(stream, { filter_subjects: filter, opt_start_seq: this.#next });
         if (this.#stopped) break;
-        const messages = (this.#messages = await consumer.consume({ max_bytes: maxBytes }));
+        const messages = (this.#messages = await consumer.consume({
+          max_bytes: maxBytes,
+          idle_heartbeat: HEARTBEAT_MS,
+        }));
         if (this.#stopped) messages.stop();
+        void this.#restartOnSilence(messages);
         for await (const m of messages) {
           this.#next = m.seq + 1;
           const conversationId = m.subject.slice(idFrom, m.subject.length - '.events'.length);

@@ -4,9 +4,10 @@ import { jetstream, type Consumer, type JetStreamClient, type OrderedConsumerOpt
 // nats-server 2.9 places a new consumer of a replicated stream on one of the stream's
 // servers, and learns late that one is gone: a consumer placed on a killed server is
 // never made, and its creation waits out the request's timeout (a third of creations
-// for a minute and more after a kill -9). A short first wait, then longer ones (a busy
-// but live server gets its time): another attempt lands on a live server.
-const CREATE_TIMEOUTS_MS = [1_000, 2_000, 4_000, 8_000];
+// for a minute and more after a kill -9; all of them for the few seconds the stream
+// elects a new leader). Short waits first, each attempt placed anew, then longer ones
+// (a busy but live server gets its time): 23 s in all, as the 5 s default did 5 times.
+const CREATE_TIMEOUTS_MS = [1_000, 1_000, 1_000, 2_000, 2_000, 4_000, 4_000, 8_000];
 
 function isTimeout(err: unknown): boolean {
   return (

@@ -61,23 +61,24 @@ const node = (name: NodeName) => nodes.get(name)!;
 beforeAll(async () => {
   nats = await startNatsCluster({ monitor: true });
   workspaces = await mkdtemp(join(tmpdir(), 'tether-natskill-ws-'));
-  // One after the other: when two nodes create the replicated buckets at once, one of them
-  // may exit at start, its first heartbeat refused with 'jetstream is not enabled'.
-  for (const name of NODES) {
-    dataDirs.set(name, await makeDataDir());
-    const env = {
-      NATS_URL: nats.url,
-      TETHER_REPLICAS: '3',
-      TETHER_NODE_ID: name,
-      TETHER_LEASE_MS: String(LEASE_MS),
-      TETHER_WORKSPACES_DIR: workspaces,
-      // Every conversation is user `local`'s and runs at once: the per-user cap must send none out of memory.
-      TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
-      // Reconnections, lapses and takeovers, for the stderr printed when the test fails.
-      TETHER_LOG_LEVEL: 'info',
-    };
-    nodes.set(name, await startServer({ dataDir: dataDirs.get(name)!, env }));
-  }
+  // Both at once on fresh replicated buckets: each waits until the buckets it made or found have a leader.
+  await Promise.all(
+    NODES.map(async (name) => {
+      dataDirs.set(name, await makeDataDir());
+      const env = {
+        NATS_URL: nats.url,
+        TETHER_REPLICAS: '3',
+        TETHER_NODE_ID: name,
+        TETHER_LEASE_MS: String(LEASE_MS),
+        TETHER_WORKSPACES_DIR: workspaces,
+        // Every conversation is user `local`'s and runs at once: the per-user cap must send none out of memory.
+        TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
+        // Reconnections, lapses and takeovers, for the stderr printed when the test fails.
+        TETHER_LOG_LEVEL: 'info',
+      };
+      nodes.set(name, await startServer({ dataDir: dataDirs.get(name)!, env }));
+    }),
+  );
 }, 60_000);
 
 afterAll(async () => {
@@ -104,6 +105,11 @@ function untilConnected(name: NodeName, timeoutMs: number, not?: ClusterServer):
     `node ${name} connected to one nats-server${not ? ` other than ${not.name}` : ''}`,
     timeoutMs,
   );
+}
+
+async function reconnects(name: NodeName): Promise<number> {
+  const text = (await http(node(name).baseUrl, 'GET', '/metrics')).text;
+  return Number(/^tether_nats_reconnects_total (\d+)$/m.exec(text)?.[1] ?? NaN);
 }
 
 async function readyz(name: NodeName): Promise<number> {
@@ -152,6 +158,9 @@ describe('kill -9 of the nats-server a node is connected to, under 20 chatting w
     );
     const readyAt = Date.now();
     mark('a ready');
+    // Its metrics count the reconnection; b's connection never dropped.
+    expect(await reconnects('a')).toBe(1);
+    if (serverOfB.name !== victim.name) expect(await reconnects('b')).toBe(0);
     // Traffic goes on: every client, through either node, gets messages acknowledged again.
     await eventually(
       async () => chatters.every((c) => c.acksSince(readyAt) >= ACKS_AFTER_READY) || undefined,
