@@ -1,5 +1,12 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { AppendOptions, AppendResult, EventLog, FollowHandlers, LogFollower } from './store/index.ts';
+import {
+  VersionConflictError,
+  type AppendOptions,
+  type AppendResult,
+  type EventLog,
+  type FollowHandlers,
+  type LogFollower,
+} from './store/index.ts';
 import type { LoggedEvent, StoredEvent } from './protocol/index.ts';
 
 /** What the metrics read at each scrape, from the parts that keep it. */
@@ -79,7 +86,7 @@ export class TetherMetrics {
     });
     this.#appends = new Counter({
       name: 'tether_appends_total',
-      help: 'Events appended to the log by this node.',
+      help: 'Appends this node asked of the log, by result: ok, duplicate (nothing stored), conflict, error.',
       labelNames: ['result'],
       registers,
     });
@@ -136,8 +143,11 @@ class MeasuredLog implements EventLog {
     let result = 'error';
     try {
       const appended = await this.#log.append(event, options);
-      result = 'ok';
+      result = appended.duplicate ? 'duplicate' : 'ok';
       return appended;
+    } catch (err) {
+      if (err instanceof VersionConflictError) result = 'conflict';
+      throw err;
     } finally {
       done();
       this.#appends.inc({ result });

@@ -79,8 +79,8 @@ export class ClusterRouter {
           return await here(forwarded);
         } catch (err) {
           if (!(err instanceof NotOwnerError) || err.node === null) throw err;
+          if (!forwarded) this.forwarded += 1;
           forwarded = true;
-          this.forwarded += 1;
           return resultOf(conversationId, await this.#bus.request(err.node, request(), lease));
         }
       } catch (err) {

@@ -3,6 +3,7 @@ import { jetstreamManager, JetStreamApiCodes, JetStreamApiError, type JetStreamM
 import type { KV } from '@nats-io/kv';
 import { z } from 'zod';
 import { assertConversationId } from './assertConversationId.ts';
+import { StoreSettingsError } from './errors.ts';
 import { toStoreError } from './natsErrors.ts';
 import { openBucket, type Replication } from './streamSettings.ts';
 
@@ -229,6 +230,7 @@ export interface KvClusterStoreOptions extends Replication {
 export async function kvClusterStore(nc: NatsConnection, options: KvClusterStoreOptions): Promise<KvClusterStore> {
   const nodesBucket = options.nodesBucket ?? DEFAULT_NODES_BUCKET;
   const { replicas } = options;
+  await refuseAnotherLease(nc, nodesBucket, options.leaseMs);
   // The heartbeats' TTL is the lease: a start brings it to this node's TETHER_LEASE_MS.
   const openNodes = () => openBucket(nc, nodesBucket, { replicas, ttlMs: options.leaseMs, allowDirect: false });
   try {
@@ -240,6 +242,30 @@ export async function kvClusterStore(nc: NatsConnection, options: KvClusterStore
   } catch (err) {
     throw toStoreError(err, 'opening the cluster buckets');
   }
+}
+
+/**
+ * Refuses a lease other than the heartbeat bucket's TTL while heartbeats are
+ * current: the nodes that wrote them renew at their own lease's pace, and a
+ * shorter TTL would age them out between renewals. (Waitable: a node
+ * restarted with a new lease waits for its own old heartbeat to age out.)
+ */
+async function refuseAnotherLease(nc: NatsConnection, bucket: string, leaseMs: number): Promise<void> {
+  const stream = `KV_${bucket}`;
+  let info;
+  try {
+    const jsm = await jetstreamManager(nc, { checkAPI: false });
+    info = await jsm.streams.info(stream, { subjects_filter: `$KV.${bucket}.n.*` });
+  } catch (err) {
+    if (err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound) return;
+    throw toStoreError(err, 'reading the heartbeat bucket');
+  }
+  const beating = Object.keys(info.state.subjects ?? {}).length;
+  if (info.config.max_age === leaseMs * 1e6 || beating === 0) return;
+  const reason = `${beating} node(s) with that lease have a current heartbeat: every node must use the same lease`;
+  const err = new StoreSettingsError(stream, 'ttl', `${info.config.max_age / 1e6} ms`, `${leaseMs} ms`, reason);
+  err.waitable = true;
+  throw err;
 }
 
 /** The in-process twin: heartbeats age out on the wall clock; revisions count every change. */

@@ -48,6 +48,8 @@ export class SecretsUnsealError extends TetherError {
 export class StoreSettingsError extends TetherError {
   readonly stream: string;
   readonly setting: 'replicas' | 'ttl';
+  /** True when it may pass by itself at start (other nodes' heartbeats age out). */
+  waitable = false;
   constructor(
     stream: string,
     setting: 'replicas' | 'ttl',
@@ -56,7 +58,7 @@ export class StoreSettingsError extends TetherError {
     reason: string,
     options?: { cause?: unknown },
   ) {
-    super('STORE_SETTINGS', `${stream}: ${setting} ${have}, configured ${wanted}; NATS refused: ${reason}`, options);
+    super('STORE_SETTINGS', `${stream}: ${setting} ${have}, configured ${wanted}; ${reason}`, options);
     this.stream = stream;
     this.setting = setting;
   }

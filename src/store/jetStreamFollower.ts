@@ -13,6 +13,7 @@ const RESTART_DELAY_MS = 1_000;
  * neither there nor gone), and the feed would stay silent.
  */
 const HEARTBEAT_MS = 1_000;
+const ORPHAN_MS = 60_000;
 
 export interface JetStreamFollowerOptions {
   nc: NatsConnection;
@@ -105,7 +106,12 @@ export class JetStreamFollower implements LogFollower {
           this.#next = (await jsm.streams.info(stream)).state.last_seq + 1;
           started();
         }
-        const consumer = await consumers.get(stream, { filter_subjects: filter, opt_start_seq: this.#next });
+        const consumer = await consumers.get(
+          stream,
+          // An attempt that timed out may still be made on the server: unused, it goes after a minute.
+          { filter_subjects: filter, opt_start_seq: this.#next, inactive_threshold: ORPHAN_MS },
+          () => this.#stopped,
+        );
         if (this.#stopped) break;
         const messages = (this.#messages = await consumer.consume({
           max_bytes: maxBytes,

@@ -110,10 +110,16 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
   } catch (err) {
     if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound)) throw err;
   }
-  const replicas = options.replicas ?? 1;
+  const { replicas } = options;
   if (!existing) {
     const created = await jsm.streams
-      .add({ name, storage: StorageType.File, retention: RetentionPolicy.Limits, num_replicas: replicas, ...wanted })
+      .add({
+        name,
+        storage: StorageType.File,
+        retention: RetentionPolicy.Limits,
+        num_replicas: replicas ?? 1,
+        ...wanted,
+      })
       .catch((err: unknown) => {
         throw refusedCreation(err, `the stream ${name}`, { replicas });
       });

@@ -32,13 +32,14 @@ export function toStoreError(err: unknown, doing: string): unknown {
 /**
  * Whether a failure to open the stores may pass by itself while NATS starts:
  * no answer yet, no JetStream meta leader (10008), or too few servers joined
- * for the replicas (10023). Not a server without JetStream, nor settings a
- * single server refuses.
+ * for the replicas (10023), heartbeats of another lease that may age out.
+ * Not a server without JetStream, nor settings a single server refuses.
  */
 export function passesWithTime(err: unknown): boolean {
   if (err instanceof StoreUnavailableError) {
     return !(err.cause instanceof Error && err.cause.name === 'JetStreamNotEnabled');
   }
+  if (err instanceof StoreSettingsError && err.waitable) return true;
   const cause = err instanceof StoreSettingsError ? err.cause : err;
   return cause instanceof JetStreamApiError && (cause.code === 10023 || cause.code === 10008);
 }

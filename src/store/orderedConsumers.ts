@@ -24,9 +24,11 @@ export class OrderedConsumers {
     this.#clients = CREATE_TIMEOUTS_MS.map((timeout) => jetstream(nc, { timeout }));
   }
 
-  async get(stream: string, options: Partial<OrderedConsumerOptions>): Promise<Consumer> {
+  /** `cancelled` is asked between attempts: a follow that stops does not wait out the rest. */
+  async get(stream: string, options: Partial<OrderedConsumerOptions>, cancelled = () => false): Promise<Consumer> {
     let last: unknown;
     for (const js of this.#clients) {
+      if (cancelled() && last !== undefined) break;
       try {
         // A copy: nats.js writes its name prefix into the options it is given.
         return await js.consumers.get(stream, { ...options });

@@ -13,26 +13,33 @@ import { toStoreError } from './natsErrors.ts';
 
 /** What the configuration says about every stream and bucket Tether keeps. */
 export interface Replication {
-  /** Copies JetStream keeps of each message (1 to 5, at most the servers in the cluster; default 1). */
+  /**
+   * Copies JetStream keeps of each message (1 to 5, at most the servers in the
+   * cluster). Undefined: 1 for a new stream, an existing one kept as it is (a
+   * command that only reads must not change what the nodes set).
+   */
   replicas?: number;
 }
 
 /** The settings a start brings an existing stream to: the configuration's, not the ones it was created with. */
 export interface StreamSettings {
-  replicas: number;
+  /** Undefined: left as it is. */
+  replicas?: number;
   /** Message age limit in ms (a bucket's TTL); undefined: none is wanted, whatever the stream has is kept. */
   maxAgeMs?: number;
 }
 
-// JetStream refuses these for a reason a retry does not fix on its own: replicas > 1 on a
-// single server (10074), and more replicas than servers (10023, also while the cluster forms).
+// JetStream refuses a new stream for its replicas: > 1 on a single server (10074, for
+// good), more than the servers that have joined (10023: passes once the cluster formed).
 const SETTINGS_REFUSED = new Set([10074, 10023]);
 
 /**
  * Updates an existing stream whose replicas or age limit differ from the
- * configuration, and returns its info. NATS may refuse (more replicas than
- * servers): that is a StoreSettingsError naming the stream, the setting, what
- * it has and what was wanted; an unreachable NATS is a StoreUnavailableError.
+ * configuration, and returns its info. Fewer replicas than it has are refused
+ * (that drops copies: an operator's decision, not a start's), and NATS may
+ * refuse more (more than servers): each a StoreSettingsError naming the
+ * stream, the setting, what it has and what was wanted; an unreachable NATS is
+ * a StoreUnavailableError.
  */
 export async function reconcileStream(
   jsm: JetStreamManager,
@@ -41,21 +48,31 @@ export async function reconcileStream(
 ): Promise<StreamInfo> {
   const current = info.config;
   const maxAge = wanted.maxAgeMs === undefined ? current.max_age : nanos(wanted.maxAgeMs);
-  if (current.num_replicas === wanted.replicas && current.max_age === maxAge) return info;
-  const setting = current.num_replicas !== wanted.replicas ? 'replicas' : 'ttl';
+  const replicas = wanted.replicas ?? current.num_replicas;
+  if (current.num_replicas === replicas && current.max_age === maxAge) return info;
+  const setting = current.num_replicas !== replicas ? 'replicas' : 'ttl';
   const [have, want] =
     setting === 'replicas'
-      ? [String(current.num_replicas), String(wanted.replicas)]
+      ? [String(current.num_replicas), String(replicas)]
       : [`${current.max_age / 1e6} ms`, `${wanted.maxAgeMs} ms`];
-  // (A stream's info names its cluster only on a clustered server.) A single nats-server 2.9 accepts such an update and reports the replicas it cannot keep: refuse it here.
-  if (wanted.replicas > 1 && !info.cluster?.name) {
-    throw new StoreSettingsError(current.name, setting, have, want, 'replicas > 1 not supported in non-clustered mode');
+  const refuse = (reason: string, cause?: unknown) =>
+    new StoreSettingsError(current.name, setting, have, want, reason, { cause });
+  if (replicas < current.num_replicas) {
+    throw refuse(
+      `a start does not lower replicas (that drops copies): lower them yourself (nats stream edit ${current.name} --replicas ${replicas}), or configure ${current.num_replicas}`,
+    );
   }
+  // (A stream's info names its cluster only on a clustered server.) A single nats-server 2.9 accepts such an update and reports the replicas it cannot keep: refuse it here.
+  if (replicas > 1 && !info.cluster?.name)
+    throw refuse('NATS refused: replicas > 1 not supported in non-clustered mode');
+  // JetStream wants the dedupe window within the age limit (10052 otherwise).
+  const window = maxAge > 0 ? Math.min(current.duplicate_window, maxAge) : current.duplicate_window;
   try {
-    return await jsm.streams.update(current.name, { ...current, num_replicas: wanted.replicas, max_age: maxAge });
+    const config = { ...current, num_replicas: replicas, max_age: maxAge, duplicate_window: window };
+    return await jsm.streams.update(current.name, config);
   } catch (err) {
     if (!(err instanceof JetStreamApiError)) throw toStoreError(err, `updating the stream ${current.name}`);
-    throw new StoreSettingsError(current.name, setting, have, want, err.message, { cause: err });
+    throw refuse(`NATS refused: ${err.message}`, err);
   }
 }
 
@@ -63,7 +80,8 @@ export async function reconcileStream(
 export function refusedCreation(err: unknown, stream: string, wanted: StreamSettings): unknown {
   if (!(err instanceof JetStreamApiError && SETTINGS_REFUSED.has(err.code)))
     return toStoreError(err, `creating ${stream}`);
-  return new StoreSettingsError(stream, 'replicas', 'none (new)', String(wanted.replicas), err.message, { cause: err });
+  const reason = `NATS refused: ${err.message}`;
+  return new StoreSettingsError(stream, 'replicas', 'none (new)', String(wanted.replicas ?? 1), reason, { cause: err });
 }
 
 export interface BucketOptions extends Replication {
@@ -79,14 +97,14 @@ export interface BucketOptions extends Replication {
  * (`Kvm.create` on an existing bucket keeps the settings it was created with).
  */
 export async function openBucket(nc: NatsConnection, bucket: string, options: BucketOptions = {}): Promise<KV> {
-  const wanted: StreamSettings = { replicas: options.replicas ?? 1, maxAgeMs: options.ttlMs };
+  const wanted: StreamSettings = { replicas: options.replicas, maxAgeMs: options.ttlMs };
   const kvm = new Kvm(nc);
   let kv: KV;
   try {
     kv = await kvm.create(bucket, {
       history: 1,
       storage: StorageType.File,
-      replicas: wanted.replicas,
+      replicas: wanted.replicas ?? 1,
       ...(options.ttlMs === undefined ? {} : { ttl: options.ttlMs }),
       ...(options.allowDirect === undefined ? {} : { allow_direct: options.allowDirect }),
     });

@@ -5,6 +5,7 @@ import {
   jetStreamStores,
   kvClusterStore,
   kvSecretStore,
+  StoreSettingsError,
   type NatsConnection,
   type Replication,
 } from '../../src/store/index.ts';
@@ -120,6 +121,15 @@ describe('a three-node nats-server cluster', () => {
       CATCH_UP_TIMEOUT_MS,
     );
     expect((await jsm.streams.info(`KV_${buckets.nodesBucket}`)).config.max_age).toBe(2_000 * 1e6);
+    // A start never lowers them: one configured with 1 is refused, one that says nothing (a read-only command) keeps 3.
+    const lowered = await open({ replicas: 1 }).then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(lowered).toBeInstanceOf(StoreSettingsError);
+    expect((lowered as Error).message).toMatch(/replicas 3, configured 1; a start does not lower replicas/);
+    await jetStreamStores(nc, names);
+    expect(await replicas()).toEqual([3, 3, 3, 3, 3, 3]);
     for (const stream of streams) await jsm.streams.delete(stream);
   });
 });
