@@ -65,7 +65,8 @@ export class JetStreamEventLog implements EventLog {
   readonly #nc: NatsConnection;
   readonly #consumers: OrderedConsumers;
   readonly #jsm: JetStreamManager;
-  readonly #publisher: JetStreamPublisher;
+  // Made at the first append: a log opened by a start attempt that then failed holds no subscription or timer.
+  #publisherMade: JetStreamPublisher | undefined;
 
   constructor(nc: NatsConnection, jsm: JetStreamManager, options: JetStreamEventLogOptions = {}) {
     this.stream = options.stream ?? DEFAULT_STREAM;
@@ -73,7 +74,10 @@ export class JetStreamEventLog implements EventLog {
     this.#nc = nc;
     this.#consumers = new OrderedConsumers(nc);
     this.#jsm = jsm;
-    this.#publisher = new JetStreamPublisher(nc);
+  }
+
+  get #publisher(): JetStreamPublisher {
+    return (this.#publisherMade ??= new JetStreamPublisher(this.#nc));
   }
 
   async append(event: StoredEvent, options: AppendOptions): Promise<AppendResult> {
