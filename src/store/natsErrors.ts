@@ -32,7 +32,8 @@ export function toStoreError(err: unknown, doing: string): unknown {
 /**
  * Whether a failure to open the stores may pass by itself while NATS starts:
  * no answer yet, no JetStream meta leader (10008), or too few servers joined
- * for the replicas (10023), heartbeats of another lease that may age out.
+ * for the replicas (10023), a stream not there yet (10059) after its creation timed
+ * out, heartbeats of another lease that may age out.
  * Not a server without JetStream, nor settings a single server refuses.
  */
 export function passesWithTime(err: unknown): boolean {
@@ -41,5 +42,6 @@ export function passesWithTime(err: unknown): boolean {
   }
   if (err instanceof StoreSettingsError && err.waitable) return true;
   const cause = err instanceof StoreSettingsError ? err.cause : err;
-  return cause instanceof JetStreamApiError && (cause.code === 10023 || cause.code === 10008);
+  // 10059: a stream whose creation timed out on a forming cluster may not be there yet, or half made.
+  return cause instanceof JetStreamApiError && [10023, 10008, 10059].includes(cause.code);
 }
