@@ -10,11 +10,13 @@ import { bashesIn } from '../support/processes.ts';
 import {
   allEvents,
   createConversation,
+  eventsWhen,
   eventually,
   http,
   makeDataDir,
-  startServer,
+  postMessage,
   type ServerProcess,
+  startServer,
 } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type EventFrame } from '../support/wsClient.ts';
 
@@ -86,24 +88,6 @@ async function listen(server: ServerProcess, id: string, afterSeq?: number): Pro
   return client;
 }
 
-async function post(server: ServerProcess, id: string, content: string): Promise<void> {
-  const res = await http(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, {
-    action: { type: 'message', content },
-  });
-  expect(res.status, res.text).toBe(202);
-}
-
-function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean) {
-  return eventually(
-    async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return test(events) ? events : undefined;
-    },
-    what,
-    45_000,
-  );
-}
-
 async function readyConversation(server: ServerProcess): Promise<string> {
   const id = await createConversation(server.baseUrl);
   await eventsWhen(server, id, `${id} ready`, endsAwaiting);
@@ -158,7 +142,7 @@ describe('a Tether cluster of three nodes', () => {
     // Through n3's socket, then n2's REST: both forwarded to n1, the owner.
     clients[2]!.sendMessage('hello from n3');
     await eventsWhen(node('n2'), id, 'the answer to n3', (e) => repliesTo(e, 'hello from n3').length === 1);
-    await post(node('n2'), id, '!seq 1 200');
+    await postMessage(node('n2'), id, '!seq 1 200');
     const log = await eventsWhen(
       node('n3'),
       id,
@@ -178,7 +162,7 @@ describe('a Tether cluster of three nodes', () => {
   it('kill -9 of the owner mid-command: another node reports the command interrupted once and finishes the task; a client moved there with its cursor gets every event once', async () => {
     const id = await readyConversation(node('n1'));
     const before = await listen(node('n1'), id);
-    await post(node('n1'), id, '!echo started >> marks.txt; sleep 30; echo never');
+    await postMessage(node('n1'), id, '!echo started >> marks.txt; sleep 30; echo never');
     await untilMarked(id, 'started');
     const killedAt = Date.now();
     node('n1').kill('SIGKILL');
@@ -219,7 +203,7 @@ describe('a Tether cluster of three nodes', () => {
 
   it('SIGSTOP of the owner mid-command for three leases: its command dies first, another node takes over and answers, and after SIGCONT the old owner writes nothing', async () => {
     const id = await readyConversation(node('n2'));
-    await post(node('n2'), id, '!echo started >> marks.txt; sleep 30; echo never');
+    await postMessage(node('n2'), id, '!echo started >> marks.txt; sleep 30; echo never');
     await untilMarked(id, 'started');
     const workspace = join(workspaces, id);
     expect(bashesIn(workspace).length).toBeGreaterThan(0);
@@ -233,7 +217,7 @@ describe('a Tether cluster of three nodes', () => {
       );
       expect(goneAt - stoppedAt).toBeLessThan(LEASE_MS * 1.5);
       // An action through n3 is answered meanwhile: n3 (or n1) takes the conversation over.
-      await post(node('n3'), id, 'are you there?');
+      await postMessage(node('n3'), id, 'are you there?');
       const log = await eventsWhen(
         node('n1'),
         id,
@@ -258,7 +242,7 @@ describe('a Tether cluster of three nodes', () => {
     expect(later.filter((e) => e.event.type === 'session_rehydrated')).toHaveLength(1);
     expect(bashesIn(workspace)).toEqual([]);
     // The old owner is a healthy node again, and forwards to the new owner.
-    await post(node('n2'), id, 'and now?');
+    await postMessage(node('n2'), id, 'and now?');
     await eventsWhen(
       node('n2'),
       id,
@@ -275,11 +259,11 @@ describe('a Tether cluster of three nodes', () => {
     expect(created.status, created.text).toBe(201);
     const id = created.body.conversation_id;
     await eventsWhen(node('n1'), id, 'ready', endsAwaiting);
-    await post(node('n1'), id, '!echo "first=$MY_TOKEN"');
+    await postMessage(node('n1'), id, '!echo "first=$MY_TOKEN"');
     await eventsWhen(node('n1'), id, 'the first output', (e) => outputsOf(e).length === 1 && endsAwaiting(e));
     node('n1').kill('SIGKILL');
     await node('n1').exited;
-    await post(node('n2'), id, '!echo "second=$MY_TOKEN"');
+    await postMessage(node('n2'), id, '!echo "second=$MY_TOKEN"');
     const log = await eventsWhen(
       node('n2'),
       id,
@@ -299,7 +283,7 @@ describe('a Tether cluster of three nodes', () => {
   it('SIGTERM drains a node: its running command finishes, its clients are closed with 1001 and get every event once from another node, which goes on with the task', async () => {
     const id = await readyConversation(node('n3'));
     const client = await listen(node('n3'), id);
-    await post(node('n3'), id, '!echo started >> marks.txt; sleep 0.3; echo finished');
+    await postMessage(node('n3'), id, '!echo started >> marks.txt; sleep 0.3; echo finished');
     await untilMarked(id, 'started');
     const stopping = node('n3').stop();
     const close = await client.closed;

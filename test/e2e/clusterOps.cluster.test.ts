@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ClusterView, ConversationInfo, ConversationOwner } from '../../src/protocol/index.ts';
 import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
-import { eventually, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { eventually, http, postMessage, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
 // Two `tether serve` nodes with public URLs on a 3-node NATS cluster (replicas 3):
@@ -70,19 +70,6 @@ async function allEventsAs(server: ServerProcess, id: string, token: string) {
   return res.body.items;
 }
 
-async function send(server: ServerProcess, id: string, token: string, content: string): Promise<void> {
-  const res = await http(
-    server.baseUrl,
-    'POST',
-    `/api/conversations/${id}/actions`,
-    {
-      action: { type: 'message', content },
-    },
-    token,
-  );
-  expect(res.status, res.text).toBe(202);
-}
-
 /** One sample of a metric from a node's `/metrics` (0 when absent). */
 async function metric(server: ServerProcess, name: string, labels = ''): Promise<number> {
   const res = await http(server.baseUrl, 'GET', '/metrics');
@@ -140,7 +127,7 @@ describe('operating a cluster', () => {
     expect(await metric(b, 'tether_connections')).toBe(1);
     // Through the node that does not own it: forwarded to node-a, which appends and answers.
     const appendsBeforeMessage = await metric(a, 'tether_appends_total', '{result="ok"}');
-    await send(b, id, ALICE, 'hello');
+    await postMessage(b, id, 'hello', ALICE);
     expect(await metric(b, 'tether_forwarded_actions_total')).toBe(forwardedBefore + 1);
     await eventually(
       async () => (repliesTo(await allEventsAs(a, id, ALICE), 'hello').length > 0 ? true : undefined),
@@ -161,12 +148,12 @@ describe('operating a cluster', () => {
   it("caps a user's running conversations across nodes: one that starts running on node-b sends the one running on node-a out of memory", async () => {
     const first = await create(a, BOB);
     const second = await create(b, BOB);
-    await send(a, first, BOB, 'first');
+    await postMessage(a, first, 'first', BOB);
     await eventually(
       async () => (stateOf(await allEventsAs(a, first, BOB)) === 'running' ? true : undefined),
       `${first} running`,
     );
-    await send(b, second, BOB, 'second');
+    await postMessage(b, second, 'second', BOB);
     const events = await eventually(async () => {
       const all = await allEventsAs(b, first, BOB);
       return all.some((e) => e.event.type === 'session_passivated') ? all : undefined;

@@ -6,11 +6,13 @@ import { type EventOf, type LoggedEvent } from '../../src/protocol/index.ts';
 import {
   allEvents,
   createConversation,
+  eventsWhen,
   eventually,
   http,
   makeDataDir,
-  startServer,
+  postMessage,
   type ServerProcess,
+  startServer,
 } from '../support/serverProcess.ts';
 import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
@@ -59,13 +61,6 @@ async function connect(server: ServerProcess, id: string): Promise<WsClient> {
   return client;
 }
 
-async function post(server: ServerProcess, id: string, content: string): Promise<void> {
-  const res = await http(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, {
-    action: { type: 'message', content },
-  });
-  expect(res.status, res.text).toBe(202);
-}
-
 /** GET /api/conversations, which reports `in_memory` without loading any session. */
 async function inMemory(server: ServerProcess): Promise<Map<string, boolean>> {
   const res = await http<{ items: Array<{ conversation_id: string; in_memory: boolean }> }>(
@@ -92,17 +87,6 @@ async function untilRecoveredUnasked(server: ServerProcess, ids: readonly string
     30_000,
   );
   return Date.now();
-}
-
-function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean) {
-  return eventually(
-    async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return test(events) ? events : undefined;
-    },
-    what,
-    45_000,
-  );
 }
 
 type Output = LoggedEvent & { event: EventOf<'command_output'> };
@@ -234,7 +218,7 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     const dataDir = await freshDataDir();
     const first = await start(dataDir);
     const id = await readyConversation(first);
-    await post(first, id, '!echo ran >> marks.txt; sleep 30');
+    await postMessage(first, id, '!echo ran >> marks.txt; sleep 30');
     const before = await untilCommandRuns(first, dataDir, id, 'ran');
     await killHard(first);
 
@@ -257,7 +241,11 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     const first = await start(dataDir);
     const id = await readyConversation(first);
     const restOfCommandMs = 4_000;
-    await post(first, id, `!echo ran >> marks.txt; sleep ${restOfCommandMs / 1000}; echo finished-anyway >> marks.txt`);
+    await postMessage(
+      first,
+      id,
+      `!echo ran >> marks.txt; sleep ${restOfCommandMs / 1000}; echo finished-anyway >> marks.txt`,
+    );
     await untilCommandRuns(first, dataDir, id, 'ran');
     const killedAt = Date.now();
     await killHard(first);
@@ -286,10 +274,10 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     const commands = [await readyConversation(first), await readyConversation(first)];
     const thinking = [await readyConversation(first), await readyConversation(first), await readyConversation(first)];
     // Commands first: the agent thinks before it runs them.
-    for (const [i, id] of commands.entries()) await post(first, id, `!echo ran-${i} >> marks.txt; sleep 30`);
+    for (const [i, id] of commands.entries()) await postMessage(first, id, `!echo ran-${i} >> marks.txt; sleep 30`);
     const before = new Map<string, LoggedEvent[]>();
     for (const [i, id] of commands.entries()) before.set(id, await untilCommandRuns(first, dataDir, id, `ran-${i}`));
-    for (const [i, id] of thinking.entries()) await post(first, id, `think ${i}`);
+    for (const [i, id] of thinking.entries()) await postMessage(first, id, `think ${i}`);
     for (const [i, id] of thinking.entries()) {
       const events = await eventsWhen(
         first,

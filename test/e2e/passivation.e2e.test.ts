@@ -3,10 +3,11 @@ import { ConversationInfo, type EventOf, type LoggedEvent } from '../../src/prot
 import {
   allEvents,
   createConversation,
+  eventsWhen,
   eventually,
   http,
-  startServer,
   type ServerProcess,
+  startServer,
 } from '../support/serverProcess.ts';
 import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
 import { WsClient, wsUrlFor, type EventFrame, type SyncFrame } from '../support/wsClient.ts';
@@ -54,24 +55,6 @@ async function inMemory(server: ServerProcess, id: string): Promise<boolean> {
 /** Waits (without loading it) until the conversation has left memory. */
 async function untilPassivated(server: ServerProcess, id: string, what: string): Promise<void> {
   await eventually(async () => ((await inMemory(server, id)) ? undefined : true), what, 15_000);
-}
-
-/** The stored events once `test` holds for them (the events endpoint reads the log; it loads no session). */
-function eventsWhen(
-  server: ServerProcess,
-  id: string,
-  what: string,
-  test: (events: LoggedEvent[]) => boolean,
-  timeoutMs = 15_000,
-) {
-  return eventually(
-    async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return test(events) ? events : undefined;
-    },
-    what,
-    timeoutMs,
-  );
 }
 
 const answered = (content: string) => (events: readonly LoggedEvent[]) =>

@@ -5,11 +5,12 @@ import { ConversationInfo, type LoggedEvent } from '../../src/protocol/index.ts'
 import {
   allEvents,
   createConversation,
+  eventsWhen,
   eventually,
   http,
   makeDataDir,
-  startServer,
   type ServerProcess,
+  startServer,
 } from '../support/serverProcess.ts';
 import { endsAwaiting, stateOf } from '../support/logQueries.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
@@ -35,18 +36,6 @@ async function connect(server: ServerProcess, id: string, afterSeq?: number): Pr
   sockets.push(client);
   await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
   return client;
-}
-
-/** The stored events once `test` holds for them. */
-function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean) {
-  return eventually(
-    async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return test(events) ? events : undefined;
-    },
-    what,
-    60_000,
-  );
 }
 
 /** The agent's message that answers the user message with this content (its cause is that message's id). */

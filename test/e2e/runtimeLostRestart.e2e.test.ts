@@ -6,12 +6,13 @@ import type { LoggedEvent } from '../../src/protocol/index.ts';
 import {
   allEvents,
   createConversation,
+  eventsWhen,
   eventually,
   http,
-  makeDataDir,
-  startServer,
   type HttpResult,
+  makeDataDir,
   type ServerProcess,
+  startServer,
 } from '../support/serverProcess.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
 import { bashesIn, processes } from '../support/processes.ts';
@@ -40,18 +41,6 @@ async function start(dataDir: string): Promise<ServerProcess> {
   const server = await startServer({ dataDir });
   servers.push(server);
   return server;
-}
-
-/** The stored events once `test` holds for them. */
-function eventsWhen(server: ServerProcess, id: string, what: string, test: (events: LoggedEvent[]) => boolean) {
-  return eventually(
-    async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return test(events) ? events : undefined;
-    },
-    what,
-    15_000,
-  );
 }
 
 const isState = (e: LoggedEvent, state: string) =>

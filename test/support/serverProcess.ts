@@ -241,6 +241,36 @@ export async function allEvents(baseUrl: string, conversationId: string, pageSiz
   }
 }
 
+/** Posts a user message to the conversation through `server`'s REST API; anything but 202 throws. */
+export async function postMessage(
+  server: { baseUrl: string },
+  conversationId: string,
+  content: string,
+  token?: string,
+): Promise<void> {
+  const action = { action: { type: 'message', content } };
+  const res = await http(server.baseUrl, 'POST', `/api/conversations/${conversationId}/actions`, action, token);
+  if (res.status !== 202) throw new Error(`posting a message to ${conversationId}: ${res.status} ${res.text}`);
+}
+
+/** The stored events once `test` holds for them (the events endpoint reads the log; it loads no session). */
+export function eventsWhen(
+  server: { baseUrl: string },
+  conversationId: string,
+  what: string,
+  test: (events: LoggedEvent[]) => boolean,
+  timeoutMs = 60_000,
+): Promise<LoggedEvent[]> {
+  return eventually(
+    async () => {
+      const events = await allEvents(server.baseUrl, conversationId);
+      return test(events) ? events : undefined;
+    },
+    what,
+    timeoutMs,
+  );
+}
+
 /** Polls `probe` until it returns a value other than undefined (bounded). */
 export async function eventually<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 30_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
