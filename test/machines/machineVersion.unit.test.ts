@@ -21,7 +21,7 @@ import { MACHINE_VERSION_HASHES } from './machineVersions.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const TABLE = 'test/machines/machineVersions.ts';
-const FIXTURES = join(ROOT, 'test/fixtures/machine-v3');
+const FIXTURES = join(ROOT, 'test/fixtures');
 
 /** The machine's definition (as the visualizer sees it) and every source file of machines/, hashed. */
 function machineHash(): string {
@@ -36,15 +36,26 @@ function machineHash(): string {
 
 interface Fixture {
   machine_version: number;
+  recorded_with: string;
   events: unknown[];
   states: Array<{ id: number; agent_state: string; value: string }>;
 }
 
-function fixtures(): Array<{ name: string; fixture: Fixture }> {
+/** The versions with recorded logs: one directory `machine-vN` each, oldest first. */
+function fixtureVersions(): number[] {
   return readdirSync(FIXTURES)
+    .map((name) => /^machine-v(\d+)$/.exec(name)?.[1])
+    .filter((version) => version !== undefined)
+    .map(Number)
+    .sort((a, b) => a - b);
+}
+
+function fixtures(version: number): Array<{ name: string; fixture: Fixture }> {
+  const dir = join(FIXTURES, `machine-v${version}`);
+  return readdirSync(dir)
     .filter((name) => name.endsWith('.json'))
     .sort()
-    .map((name) => ({ name, fixture: JSON.parse(readFileSync(join(FIXTURES, name), 'utf8')) as Fixture }));
+    .map((name) => ({ name, fixture: JSON.parse(readFileSync(join(dir, name), 'utf8')) as Fixture }));
 }
 
 describe('machine versions', () => {
@@ -64,6 +75,17 @@ describe('machine versions', () => {
     expect(removed, 'lines removed from the version table in its history').toEqual([]);
   });
 
+  it('keeps fixture logs of versions 3 and 4 and of the version before this one, none of a newer one', () => {
+    const versions = fixtureVersions();
+    expect(versions).toEqual(expect.arrayContaining([3, 4]));
+    // A bump ships logs recorded under the version before it.
+    if (SESSION_MACHINE_VERSION > 3) expect(versions).toContain(SESSION_MACHINE_VERSION - 1);
+    for (const version of versions) {
+      expect(version).toBeLessThanOrEqual(SESSION_MACHINE_VERSION);
+      expect(fixtures(version).length, `fixtures of machine-v${version}`).toBeGreaterThan(0);
+    }
+  });
+
   it('upcasts an old log through every step up to the current version, and refuses a version it has no path from', () => {
     const seen: string[] = [];
     const step = (from: number): Upcaster => ({
@@ -74,7 +96,7 @@ describe('machine versions', () => {
       },
     });
     const upcast = upcasterFor(1, { 1: step(1), 2: step(2) }, 3)!;
-    const event = StoredEvent.parse(fixtures()[0]!.fixture.events[1]);
+    const event = StoredEvent.parse(fixtures(3)[0]!.fixture.events[1]);
     upcast(event);
     expect(seen).toEqual(['1:1', '2:1']);
     expect(upcasterFor(3, {}, 3)).toBeNull();
@@ -85,59 +107,93 @@ describe('machine versions', () => {
   });
 });
 
-describe('logs recorded under machine version 3', () => {
-  it.each(fixtures())('$name still parses and folds to the same agent state at every event', ({ fixture }) => {
-    expect(fixture.machine_version).toBe(3);
-    const events = fixture.events.map((e) => StoredEvent.parse(e));
-    expect(events[0]).toMatchObject({ type: 'conversation_created' });
-    expect(events[0]!.type === 'conversation_created' && events[0].data.machine_version).toBeUndefined();
-    const states: string[] = [];
-    for (let i = 1; i <= events.length; i++) states.push(agentStateOf(foldEvents(events.slice(0, i)).snapshot));
-    expect(states).toEqual(fixture.states.map((s) => s.agent_state));
-  });
-
-  it('come back under this version with `machine_upgraded {from: 3, to}` stored before `session_rehydrated`', async () => {
-    const stores = memoryStores();
-    const manager = new SessionManager({
-      ...stores,
-      runtimes: memoryRuntimeProvider(),
-      agentFor: () => scriptedAgent(),
-    });
-    try {
-      for (const { fixture } of fixtures()) {
+for (const version of fixtureVersions()) {
+  describe(`logs recorded under machine version ${version}`, () => {
+    it.each(fixtures(version))(
+      '$name still parses and folds to the same agent state and statechart value at every event',
+      ({ fixture }) => {
+        expect(fixture.machine_version).toBe(version);
+        expect(fixture.recorded_with).toMatch(/^[0-9a-f]{40}$/);
         const events = fixture.events.map((e) => StoredEvent.parse(e));
-        const created = events[0]!;
-        if (created.type !== 'conversation_created') throw new Error('a fixture starts with its creation');
-        let seq = 0;
-        for (const event of events) seq = (await stores.log.append(event, { expectedLastSeq: seq })).seq;
-        const id = created.conversation_id;
-        await stores.conversations.put({
-          conversation_id: id,
-          user: created.data.user,
-          created_at: created.ts,
-          state: 'awaiting_user_input',
-          in_memory: false,
+        expect(events[0]).toMatchObject({ type: 'conversation_created' });
+        // Version 3 logs predate the field; later ones record the version that created them.
+        const recorded = version === 3 ? undefined : version;
+        expect(events[0]!.type === 'conversation_created' && events[0].data.machine_version).toBe(recorded);
+        expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i));
+        expect(fixture.states.map((s) => s.id)).toEqual(events.map((e) => e.id));
+        const states: Array<{ agent_state: string; value: string }> = [];
+        for (let i = 1; i <= events.length; i++) {
+          const { snapshot } = foldEvents(events.slice(0, i));
+          states.push({ agent_state: agentStateOf(snapshot), value: JSON.stringify(snapshot.value) });
+        }
+        expect(states.map((s) => s.agent_state)).toEqual(fixture.states.map((s) => s.agent_state));
+        expect(states.map((s) => s.value)).toEqual(fixture.states.map((s) => s.value));
+      },
+    );
+
+    const upgraded = version < SESSION_MACHINE_VERSION;
+    it(
+      upgraded
+        ? `come back under this version with \`machine_upgraded {from: ${version}, to}\` stored before \`session_rehydrated\``
+        : 'come back under this version with `session_rehydrated` and no `machine_upgraded`',
+      async () => {
+        const stores = memoryStores();
+        const manager = new SessionManager({
+          ...stores,
+          runtimes: memoryRuntimeProvider(),
+          agentFor: () => scriptedAgent(),
         });
-        const before = agentStateOf(foldEvents(events).snapshot);
-        const session = await manager.session(id, created.data.user);
-        const after = (await stores.log.read(id, { afterSeq: seq })).items.map((i) => i.event);
-        expect(after.map((e) => e.type).slice(0, 2)).toEqual(
-          after[0]?.type === 'agent_state_changed'
-            ? ['agent_state_changed', 'machine_upgraded']
-            : ['machine_upgraded', 'session_rehydrated'],
-        );
-        expect(after.find((e) => e.type === 'machine_upgraded')).toMatchObject({
-          data: { from: 3, to: SESSION_MACHINE_VERSION },
-        });
-        expect(session.snapshot?.context.machineVersion).toBe(SESSION_MACHINE_VERSION);
-        // The whole log, old part and new, folds to the live session's state.
-        const all = (await stores.log.read(id)).items.map((i) => i.event);
-        expect(agentStateOf(foldEvents(all).snapshot)).toBe(session.state);
-        expect(foldEvents(all).snapshot.context.machineVersion).toBe(SESSION_MACHINE_VERSION);
-        if (before !== 'running') expect(session.state).toBe(before);
-      }
-    } finally {
-      await manager.shutdown();
-    }
+        try {
+          for (const { fixture } of fixtures(version)) {
+            const events = fixture.events.map((e) => StoredEvent.parse(e));
+            const created = events[0]!;
+            if (created.type !== 'conversation_created') throw new Error('a fixture starts with its creation');
+            let seq = 0;
+            for (const event of events) seq = (await stores.log.append(event, { expectedLastSeq: seq })).seq;
+            const id = created.conversation_id;
+            await stores.conversations.put({
+              conversation_id: id,
+              user: created.data.user,
+              created_at: created.ts,
+              state: 'awaiting_user_input',
+              in_memory: false,
+            });
+            const before = agentStateOf(foldEvents(events).snapshot);
+            const session = await manager.session(id, created.data.user);
+            const after = (await stores.log.read(id, { afterSeq: seq })).items.map((i) => i.event);
+            const types = after.map((e) => e.type);
+            if (upgraded) {
+              expect(types.slice(0, 2)).toEqual(
+                after[0]?.type === 'agent_state_changed'
+                  ? ['agent_state_changed', 'machine_upgraded']
+                  : ['machine_upgraded', 'session_rehydrated'],
+              );
+              expect(after.find((e) => e.type === 'machine_upgraded')).toMatchObject({
+                data: { from: version, to: SESSION_MACHINE_VERSION },
+              });
+            } else {
+              const expected =
+                after[0]?.type === 'agent_state_changed'
+                  ? ['agent_state_changed', 'session_rehydrated']
+                  : ['session_rehydrated'];
+              expect(types.slice(0, expected.length)).toEqual(expected);
+              expect(types).not.toContain('machine_upgraded');
+            }
+            // No snapshot was stored: the whole log is folded.
+            expect(after.find((e) => e.type === 'session_rehydrated')).toMatchObject({
+              data: { from: 'log', events_folded: events.length },
+            });
+            expect(session.snapshot?.context.machineVersion).toBe(SESSION_MACHINE_VERSION);
+            // The whole log, old part and new, folds to the live session's state.
+            const all = (await stores.log.read(id)).items.map((i) => i.event);
+            expect(agentStateOf(foldEvents(all).snapshot)).toBe(session.state);
+            expect(foldEvents(all).snapshot.context.machineVersion).toBe(SESSION_MACHINE_VERSION);
+            if (before !== 'running') expect(session.state).toBe(before);
+          }
+        } finally {
+          await manager.shutdown();
+        }
+      },
+    );
   });
-});
+}
