@@ -10,7 +10,13 @@ import { createTether } from '../src/tether.ts';
 import type { JetStreamEventLog, NatsConnection } from '../src/store/index.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 import { fmt, progress, within } from './measure.ts';
-import { jetStreamEventLog, kvConversationStore, kvSnapshotStore, natsStatusChannel } from '../src/store/index.ts';
+import {
+  jetStreamEventLog,
+  kvCheckpointStore,
+  kvConversationStore,
+  kvSnapshotStore,
+  natsStatusChannel,
+} from '../src/store/index.ts';
 
 const USER = 'agent-step-user';
 /** Each command prints this many lines of 64 characters (about 1 KiB), as `cat` of a small file would. */
@@ -57,6 +63,7 @@ export async function agentStepFixture(
       log,
       conversations: await kvConversationStore(nc, { bucket: names.conversationBucket }),
       snapshots: await kvSnapshotStore(nc, { bucket: names.snapshotBucket }),
+      checkpoints: await kvCheckpointStore(nc, { bucket: names.checkpointBucket }),
       status: natsStatusChannel(nc, names.subjectPrefix),
     },
     runtimes: memoryRuntimeProvider(catHandler),

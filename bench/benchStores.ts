@@ -12,13 +12,15 @@ export function benchStoreNames(name: string, tag: string): BenchStoreNames {
     subjectPrefix: `bench.${name}${tag}`,
     conversationBucket: `bench_${name}_conversations_${tag}`,
     snapshotBucket: `bench_${name}_snapshots_${tag}`,
+    checkpointBucket: `bench_${name}_checkpoints_${tag}`,
   };
 }
 
 /** Deletes the stream and the buckets (whatever uses them must be stopped first). */
 export async function deleteBenchStores(nc: NatsConnection, names: BenchStoreNames): Promise<void> {
   const jsm = await jetstreamManager(nc);
-  for (const stream of [names.stream, `KV_${names.conversationBucket}`, `KV_${names.snapshotBucket}`]) {
+  const buckets = [names.conversationBucket, names.snapshotBucket, names.checkpointBucket];
+  for (const stream of [names.stream, ...buckets.map((bucket) => `KV_${bucket}`)]) {
     await jsm.streams.delete(stream).catch(() => false);
   }
 }

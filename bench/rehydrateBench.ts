@@ -14,6 +14,7 @@ import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 import {
   jetStreamEventLog,
   kvConversationStore,
+  kvCheckpointStore,
   kvSnapshotStore,
   natsStatusChannel,
   memorySnapshotStore,
@@ -66,7 +67,13 @@ export async function rehydrateFixture(
   const snapshots = await kvSnapshotStore(nc, { bucket: names.snapshotBucket });
   const conversations = await kvConversationStore(nc, { bucket: names.conversationBucket });
   const tether = createTether({
-    stores: { log, conversations, snapshots, status: natsStatusChannel(nc, names.subjectPrefix) },
+    stores: {
+      log,
+      conversations,
+      snapshots,
+      checkpoints: await kvCheckpointStore(nc, { bucket: names.checkpointBucket }),
+      status: natsStatusChannel(nc, names.subjectPrefix),
+    },
     runtimes: memoryRuntimeProvider(),
     agent: scriptedAgent(),
     logger: silentLogger,

@@ -39,6 +39,8 @@ export type DecisionInput =
   | { type: 'deadline'; name: Deadline['name'] }
   | { type: 'passivate'; reason: PassivationReason }
   | { type: 'rehydrate'; from: 'snapshot' | 'log'; folded: number; recordedState?: AgentState }
+  /** A fork's first decision, on the parent's copied events: where it came from, then back as after a crash. */
+  | { type: 'fork'; parent: string; seq: number; folded: number; recordedState?: AgentState }
   | { type: 'close'; reason: string };
 
 export type RefusalCode = 'ILLEGAL_TRANSITION' | 'NOT_STARTED' | 'ENDED';
@@ -136,6 +138,11 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
       return passivation(snapshot, input.reason);
     case 'rehydrate':
       return rehydration(snapshot, input);
+    case 'fork':
+      return [
+        { source: 'environment', type: 'conversation_forked', data: { conversation_id: input.parent, seq: input.seq } },
+        ...rehydration(snapshot, { from: 'log', folded: input.folded, recordedState: input.recordedState }),
+      ];
     case 'close':
       return [{ source: env, type: 'session_closed', data: { reason: input.reason } }];
   }
@@ -173,7 +180,10 @@ function passivation(snapshot: SessionSnapshot, reason: PassivationReason): Prop
  * Coming back: the state fact a crash cut off (between an event and its fact)
  * is stored first; a log of an older machine version records the upgrade.
  */
-function rehydration(snapshot: SessionSnapshot, input: Extract<DecisionInput, { type: 'rehydrate' }>): Proposal[] {
+function rehydration(
+  snapshot: SessionSnapshot,
+  input: Omit<Extract<DecisionInput, { type: 'rehydrate' }>, 'type'>,
+): Proposal[] {
   const out: Proposal[] = [];
   const state = agentStateOf(snapshot);
   if (input.recordedState !== undefined && input.recordedState !== state) {

@@ -14,6 +14,15 @@ export {
 export type { SessionTag } from './sessionSetup.ts';
 export { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
 export { foldEvents, type Fold, type FoldStep, type FoldOptions } from './fold.ts';
+export {
+  stateAt,
+  statePaths,
+  traceLog,
+  type FoldStart,
+  type StateAt,
+  type TraceStep,
+  type Transition,
+} from './inspect.ts';
 export { inputFrom } from './input.ts';
 export {
   decide,

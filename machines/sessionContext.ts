@@ -5,7 +5,7 @@ import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
  * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
  * version table in test/machines/machineVersion.unit.test.ts.
  */
-export const SESSION_MACHINE_VERSION = 4;
+export const SESSION_MACHINE_VERSION = 5;
 
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
@@ -83,6 +83,8 @@ export interface SessionContext extends Omit<SessionInput, 'machineVersion'> {
   deadline: Deadline | null;
   /** The agent state to come back to, while passivated. */
   resumeState: AgentState | null;
+  /** The conversation (and stream sequence in its log) this one was forked from, or null. */
+  forkedFrom: { conversationId: string; seq: number } | null;
 }
 
 const NO_INPUT: SessionInput = {
@@ -122,5 +124,6 @@ export function initialContext(input: SessionInput | undefined): SessionContext 
     runningSince: null,
     deadline: given.startDeadline === null ? null : { name: 'start', at: given.startDeadline },
     resumeState: null,
+    forkedFrom: null,
   };
 }

@@ -37,6 +37,7 @@ export type SessionEvent = Stamp &
     | { type: 'session.passivate'; reason: PassivationReason }
     | { type: 'session.rehydrate' }
     | { type: 'session.upgrade'; to: number }
+    | { type: 'session.fork'; parent: string; seq: number }
     | { type: 'session.close'; reason: string }
   );
 
@@ -101,6 +102,8 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
       return { type: 'session.rehydrate', eventId, at };
     case 'machine_upgraded':
       return { type: 'session.upgrade', eventId, at, to: event.data.to };
+    case 'conversation_forked':
+      return { type: 'session.fork', eventId, at, parent: event.data.conversation_id, seq: event.data.seq };
     case 'session_closed':
       return { type: 'session.close', eventId, at, reason: event.data.reason };
   }

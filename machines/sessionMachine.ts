@@ -63,7 +63,11 @@ export const sessionMachine = sessionSetup.createMachine({
   description: 'One conversation: its runtime and its agent loop, driven by stored events only.',
   context: ({ input }) => initialContext(input),
   initial: 'starting',
-  on: { 'session.upgrade': { guard: 'upgrades', actions: 'upgrade' } },
+  on: {
+    'session.upgrade': { guard: 'upgrades', actions: 'upgrade' },
+    // The fork's own record comes last: a fork of a fork names its parent, not the copied grandparent.
+    'session.fork': { actions: 'recordFork' },
+  },
   states: {
     starting: {
       description: 'The runtime is created, answers, and its workspace is set up; user messages wait.',

@@ -135,6 +135,10 @@ export const sessionSetup = setup({
     clearDeadline: assign({ deadline: null }),
     rememberState: assign((_, params: { state: AgentState }) => ({ resumeState: params.state })),
     forgetState: assign({ resumeState: null }),
+    recordFork: assign({
+      forkedFrom: ({ context, event }) =>
+        event.type === 'session.fork' ? { conversationId: event.parent, seq: event.seq } : context.forkedFrom,
+    }),
     upgrade: assign({
       machineVersion: ({ context, event }) => (event.type === 'session.upgrade' ? event.to : context.machineVersion),
     }),

@@ -23,6 +23,12 @@ export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
       '`runtime_status reconnecting` still reads as a runtime starting.',
     upcast: (event) => event,
   },
+  4: {
+    reinterprets:
+      'nothing: version 5 adds the stored fact `conversation_forked` (kept in `context.forkedFrom`), which ' +
+      'version 4 logs do not hold, and the fork input of the decider.',
+    upcast: (event) => event,
+  },
 };
 
 /**

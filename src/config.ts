@@ -41,6 +41,7 @@ export const ConfigSchema = z.object({
   TETHER_MAX_RUNNING_PER_USER: positiveInt.default(3),
   TETHER_START_TIMEOUT_MS: positiveInt.default(60_000),
   TETHER_SNAPSHOT_EVERY: positiveInt.default(200),
+  TETHER_CHECKPOINT_EVERY: positiveInt.default(100),
   TETHER_REHYDRATE_CONCURRENCY: positiveInt.default(8),
   TETHER_LLM_BASE_URL: z.url().optional(),
   TETHER_LLM_MODEL: z.string().min(1).default('gpt-4o-mini'),
@@ -165,6 +166,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxRunningPerUser: c.TETHER_MAX_RUNNING_PER_USER,
       startTimeoutMs: c.TETHER_START_TIMEOUT_MS,
       snapshotEvery: c.TETHER_SNAPSHOT_EVERY,
+      checkpointEvery: c.TETHER_CHECKPOINT_EVERY,
       rehydrateConcurrency: c.TETHER_REHYDRATE_CONCURRENCY,
     },
   };

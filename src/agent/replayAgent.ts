@@ -22,7 +22,7 @@ export function trajectoryActions(events: readonly StoredEvent[]): ReplayAction[
  * number of actions the agent already took, so a replay survives restarts and
  * never asks the live agent (an LLM) for a step it has a recording of. The
  * live agent observes every event too, so it takes over knowing the whole
- * conversation.
+ * conversation. A fork of a replay stops replaying: it goes on live.
  */
 export function replayable(live: Agent): Agent {
   return {
@@ -35,6 +35,8 @@ export function replayable(live: Agent): Agent {
         observe(event) {
           if (first && event.type === 'conversation_created') recorded = event.data.replay_actions ?? [];
           first = false;
+          // A fork goes on live from where it was cut: the recording is the parent's.
+          if (event.type === 'conversation_forked') recorded = [];
           if (
             event.source === 'agent' &&
             (event.type === 'message' || event.type === 'command' || event.type === 'finish')

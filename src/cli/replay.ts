@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import type { StateValue } from 'xstate';
-import { agentStateOf, foldEvents } from '../../machines/index.ts';
+import { agentStateOf, statePaths, traceLog, type TraceStep } from '../../machines/index.ts';
 import { loadConfig } from '../config.ts';
 import { ConversationId, type LoggedEvent } from '../protocol/index.ts';
 import type { EventLog } from '../store/index.ts';
@@ -19,18 +19,7 @@ Reads NATS_URL, or the embedded store under TETHER_DATA_DIR (joining a
 running Tether's nats-server, or starting one just for the read).`;
 
 /** One line of the replay: a stored event and the transition it caused, if any. */
-export interface ReplayStep {
-  seq: number;
-  id: number;
-  type: string;
-  source: string;
-  /** The machine event: `xstate.init` for the creation, null for a stored fact the machine does not take. */
-  event: string | null;
-  from: string | null;
-  to: string | null;
-  /** For a stored `agent_state_changed`: the agent state the host recorded, to compare with the fold. */
-  recorded_agent_state?: string;
-}
+export type ReplayStep = TraceStep;
 
 export interface ReplayReport {
   conversation_id: string;
@@ -50,20 +39,6 @@ export interface ReplayReport {
   context: unknown;
 }
 
-/** A state value as dotted paths: `{active: {running: 'thinking'}}` → `['active.running.thinking']`. */
-export function statePaths(value: StateValue): string[] {
-  if (typeof value === 'string') return [value];
-  return Object.entries(value).flatMap(([key, child]) =>
-    child === undefined || (typeof child === 'object' && Object.keys(child).length === 0)
-      ? [key]
-      : statePaths(child).map((path) => `${key}.${path}`),
-  );
-}
-
-function stateText(value: StateValue): string {
-  return statePaths(value).join(', ');
-}
-
 /** Folds `logged` (the conversation's events, in order) and explains every step. */
 export function replayReport(
   conversationId: string,
@@ -71,28 +46,8 @@ export function replayReport(
   lastSeq: number,
   store: ReplayReport['store'],
 ): ReplayReport {
-  const [first] = logged;
-  if (first === undefined) throw new Error(`conversation ${conversationId}: no events to fold`);
-  const fold = foldEvents(
-    logged.map((l) => l.event),
-    { trace: true },
-  );
-  const transitions = new Map(fold.steps.map((step) => [step.event.eventId, step]));
-  if (transitions.size !== fold.steps.length) throw new Error('two machine events name the same stored event id');
-  const initial = foldEvents([first.event]).snapshot.value;
-  const steps = logged.map((l, i): ReplayStep => {
-    const base = { seq: l.seq, id: l.event.id, type: l.event.type, source: l.event.source };
-    if (i === 0) return { ...base, event: 'xstate.init', from: null, to: stateText(initial) };
-    const step = transitions.get(l.event.id);
-    transitions.delete(l.event.id);
-    if (step) return { ...base, event: step.event.type, from: stateText(step.from), to: stateText(step.to) };
-    const recorded = l.event.type === 'agent_state_changed' ? { recorded_agent_state: l.event.data.state } : {};
-    return { ...base, event: null, from: null, to: null, ...recorded };
-  });
-  const [orphan] = transitions.values();
-  if (orphan)
-    throw new Error(`machine event ${orphan.event.type} names event id ${orphan.event.eventId}, not in the log`);
-  const { snapshot } = fold;
+  if (logged.length === 0) throw new Error(`conversation ${conversationId}: no events to fold`);
+  const { steps, snapshot } = traceLog(logged);
   return {
     conversation_id: conversationId,
     store,

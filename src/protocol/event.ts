@@ -162,6 +162,18 @@ export const StoredEvent = z
     }),
     z.object({
       ...envelope,
+      type: z.literal('conversation_forked'),
+      data: z
+        .object({
+          conversation_id: ConversationId.describe('The parent conversation.'),
+          seq: z.number().int().min(1).describe("Stream sequence of the parent's last event copied."),
+        })
+        .describe(
+          "This conversation is a fork: the events before this one are copies of the parent's through seq (ids, times, causes and data kept).",
+        ),
+    }),
+    z.object({
+      ...envelope,
       type: z.literal('session_closed'),
       data: z.object({ reason: z.string() }).describe('The conversation ended for good.'),
     }),

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AgentState, RuntimeStatus } from './agentState.ts';
-import { LoggedEvent } from './event.ts';
+import { LoggedEvent, StoredEvent } from './event.ts';
 import { ClientId, ConversationId } from './ids.ts';
 import { MAX_MESSAGE_CHARS, UserAction } from './frames.ts';
 
@@ -48,6 +48,8 @@ export const ConversationInfo = z.object({
   last_seq: z.number().int().min(0),
   /** The node that runs it now (its heartbeat current), or null: none does until the next action wakes it. */
   owner: z.string().nullable(),
+  /** The conversation and stream sequence it was forked from, or null when it was created. */
+  forked_from: z.object({ conversation_id: ConversationId, seq: z.number().int().min(1) }).nullable(),
 });
 export type ConversationInfo = z.infer<typeof ConversationInfo>;
 
@@ -74,6 +76,32 @@ export const ConversationOwner = z.object({
 export type ConversationOwner = z.infer<typeof ConversationOwner>;
 
 export const ClusterQuery = z.object({ conversation: ConversationId.optional() });
+
+/** `?at_seq=`: a stream sequence of one of the conversation's events (absent: its last event). */
+export const StateQuery = z.object({ at_seq: z.string().optional() });
+
+/** `POST /api/conversations/:id/fork`. */
+export const ForkBody = z.object({ at_seq: z.number().int().min(1) }).strict();
+export type ForkBody = z.infer<typeof ForkBody>;
+
+/**
+ * `GET /api/conversations/:id/state`: the conversation right after its event
+ * at `seq`, by a pure fold of the log (nothing runs, nothing is stored).
+ */
+export const ConversationState = z.object({
+  seq: z.number().int().min(1),
+  /** The agent state. */
+  state: AgentState,
+  /** The statechart's state value, e.g. `{"active": {"running": "thinking"}}`. */
+  value: z.unknown(),
+  /** The machine's context. */
+  context: z.record(z.string(), z.unknown()),
+  /** The stored event at `seq`. */
+  event: StoredEvent,
+  /** The transition that event caused (state paths before and after), or null when the machine does not take it. */
+  transition: z.object({ from: z.array(z.string()), to: z.array(z.string()) }).nullable(),
+});
+export type ConversationState = z.infer<typeof ConversationState>;
 
 /** Items a list page holds at most (`limit`), and by default. */
 export const MAX_LIST_LIMIT = 1000;
@@ -126,7 +154,7 @@ export const ConversationsQuery = z.object({
 export type ConversationsQuery = z.infer<typeof ConversationsQuery>;
 
 /** One item of `GET /api/conversations`: the user's index entry and the log's last sequence now. */
-export const ConversationSummary = ConversationInfo.omit({ runtime_status: true, owner: true });
+export const ConversationSummary = ConversationInfo.omit({ runtime_status: true, owner: true, forked_from: true });
 export type ConversationSummary = z.infer<typeof ConversationSummary>;
 
 export const ConversationPage = z.object({

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { cp, mkdir } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { ConversationId } from '../protocol/index.ts';
@@ -361,14 +361,23 @@ export function localRuntimeProvider(options: LocalRuntimeProviderOptions): Runt
   if (heartbeatTimeoutMs !== undefined && !(Number.isFinite(heartbeatTimeoutMs) && heartbeatTimeoutMs >= 1)) {
     throw new RangeError(`heartbeatTimeoutMs must be a finite number of at least 1, not ${heartbeatTimeoutMs}`);
   }
+  // An id becomes a directory name: refuse anything that could leave the root.
+  const workspaceOf = (conversationId: string) => {
+    if (!ConversationId.safeParse(conversationId).success) {
+      throw new TypeError(`not a conversation id: ${JSON.stringify(conversationId)}`);
+    }
+    return join(workspaceRoot, conversationId);
+  };
   return {
+    async copyWorkspace(from: string, to: string): Promise<void> {
+      const [source, target] = [workspaceOf(from), workspaceOf(to)];
+      // A parent that never started a runtime has no workspace yet: nor has the fork.
+      if (!existsSync(source)) return;
+      await cp(source, target, { recursive: true, errorOnExist: true, force: false, verbatimSymlinks: true });
+    },
     create(conversationId: string, runtimeOptions: RuntimeOptions = {}): LocalRuntime {
-      // The id becomes a directory name: refuse anything that could leave the root.
-      if (!ConversationId.safeParse(conversationId).success) {
-        throw new TypeError(`not a conversation id: ${JSON.stringify(conversationId)}`);
-      }
       return new LocalRuntime(conversationId, {
-        workspace: join(workspaceRoot, conversationId),
+        workspace: workspaceOf(conversationId),
         env: runtimeEnv(baseEnv, runtimeOptions.env),
         shell,
         commandTimeoutMs,

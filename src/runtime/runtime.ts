@@ -47,4 +47,10 @@ export interface RuntimeOptions {
 
 export interface RuntimeProvider {
   create(conversationId: string, options?: RuntimeOptions): Runtime;
+  /**
+   * Copies a conversation's workspace, as it is now, to a new conversation
+   * (a fork). Files are not event-sourced: the copy is of the files, not of
+   * the parent's history. Absent: runtimes without files.
+   */
+  copyWorkspace?(from: string, to: string): Promise<void>;
 }

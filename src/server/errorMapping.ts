@@ -9,6 +9,7 @@ export interface PublicError {
 
 const STATUS_BY_CODE: Record<string, number> = {
   CONVERSATION_NOT_FOUND: 404,
+  BAD_SEQ: 400,
   ILLEGAL_TRANSITION: 409,
   SESSION_CLOSED: 503,
   STORE_UNAVAILABLE: 503,

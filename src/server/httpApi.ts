@@ -8,9 +8,11 @@ import {
   CreateConversationBody,
   encodeListCursor,
   EventsQuery,
+  ForkBody,
+  StateQuery,
   type ConversationPage,
 } from '../protocol/index.ts';
-import type { SessionManager } from '../session/index.ts';
+import { BadSeqError, type SessionManager } from '../session/index.ts';
 import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
 
@@ -102,6 +104,26 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         const q = EventsQuery.parse(Object.fromEntries(url.searchParams));
         const page = await manager.events(params[0]!, user, { afterSeq: q.after_seq, limit: q.limit });
         return { status: 200, body: { items: page.items, has_more: page.hasMore } };
+      },
+    ],
+    [
+      'GET',
+      /^\/api\/conversations\/([^/]+)\/state$/,
+      async ({ user, params, url }) => {
+        const { at_seq } = StateQuery.parse(Object.fromEntries(url.searchParams));
+        const atSeq = at_seq === undefined ? undefined : Number(at_seq);
+        // Anything but a stream sequence names no event of the conversation.
+        if (atSeq !== undefined && !(/^\d+$/.test(at_seq!) && Number.isSafeInteger(atSeq) && atSeq >= 1))
+          throw new BadSeqError(params[0]!, JSON.stringify(at_seq));
+        return { status: 200, body: await manager.stateAt(params[0]!, user, atSeq) };
+      },
+    ],
+    [
+      'POST',
+      /^\/api\/conversations\/([^/]+)\/fork$/,
+      async ({ req, user, params }) => {
+        const body = await readJson(req, ForkBody);
+        return { status: 201, body: await manager.fork(params[0]!, user, body.at_seq) };
       },
     ],
     [

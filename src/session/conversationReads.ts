@@ -1,13 +1,42 @@
 import pLimit from 'p-limit';
-import { agentStateOf, type SessionSnapshot } from '../../machines/index.ts';
-import type { AgentState, ConversationInfo, ConversationSummary, ListPosition } from '../protocol/index.ts';
-import type { ConversationEntry, ConversationStore, EventLog, ReadPage, SnapshotStore } from '../store/index.ts';
-import { ConversationNotFoundError } from './errors.ts';
-import { loadSessionState } from './loadSession.ts';
+import {
+  agentStateOf,
+  SESSION_MACHINE_VERSION,
+  stateAt,
+  type FoldStart,
+  type SessionSnapshot,
+} from '../../machines/index.ts';
+import type {
+  AgentState,
+  ConversationInfo,
+  ConversationState,
+  ConversationSummary,
+  ListPosition,
+  LoggedEvent,
+} from '../protocol/index.ts';
+import type {
+  CheckpointStore,
+  ConversationEntry,
+  ConversationStore,
+  EventLog,
+  ReadPage,
+  SnapshotStore,
+} from '../store/index.ts';
+import { BadSeqError, ConversationNotFoundError } from './errors.ts';
+import { loadSessionState, restore } from './loadSession.ts';
 import type { Session } from './session.ts';
 
 /** Log reads at once when a list page asks each conversation's last sequence. */
 const LIST_CONCURRENCY = 16;
+/** Events per log read while folding up to a past event. */
+const SEEK_PAGE = 500;
+
+export interface ReadDeps {
+  log: EventLog;
+  conversations: ConversationStore;
+  snapshots: SnapshotStore;
+  checkpoints: CheckpointStore;
+}
 
 /** Where a client's connection starts: the conversation's state as of its last stored event. */
 export interface ConnectPoint {
@@ -40,13 +69,10 @@ export interface Peek {
  * snapshot and the log, storing nothing and loading nothing.
  */
 export class ConversationReads {
-  readonly #deps: { log: EventLog; conversations: ConversationStore; snapshots: SnapshotStore };
+  readonly #deps: ReadDeps;
   readonly #live: (conversationId: string) => Session | undefined;
 
-  constructor(
-    deps: { log: EventLog; conversations: ConversationStore; snapshots: SnapshotStore },
-    live: (conversationId: string) => Session | undefined,
-  ) {
+  constructor(deps: ReadDeps, live: (conversationId: string) => Session | undefined) {
     this.#deps = deps;
     this.#live = live;
   }
@@ -88,7 +114,48 @@ export class ConversationReads {
       runtime_status: snapshot.context.runtime,
       in_memory: live,
       last_seq: throughSeq,
+      forked_from: forkedFrom(snapshot),
     };
+  }
+
+  /**
+   * The conversation right after its event at `atSeq` (default: its last
+   * event): a pure fold from the nearest checkpoint before it (or from the
+   * creation), reading only the events up to it. Nothing runs, nothing is
+   * stored, nothing is loaded. BadSeqError when `atSeq` is not one of its events.
+   */
+  async stateAt(conversationId: string, user: string, atSeq?: number): Promise<ConversationState> {
+    await this.owned(conversationId, user);
+    const seq = atSeq ?? (await this.#deps.log.lastSeq(conversationId));
+    if (seq === 0) throw new ConversationNotFoundError(conversationId);
+    const { events, start } = await this.eventsUpTo(conversationId, seq);
+    const found = stateAt(events, seq, start);
+    if (!found) throw new BadSeqError(conversationId, seq);
+    const { value, context, ...rest } = found;
+    return { ...rest, value, context: { ...context } };
+  }
+
+  /**
+   * The conversation's events after its nearest checkpoint before `seq` (of
+   * this machine version; from the creation without one) through `seq`, and
+   * that checkpoint's state.
+   */
+  async eventsUpTo(conversationId: string, seq: number): Promise<{ events: LoggedEvent[]; start?: FoldStart }> {
+    const checkpoint = await this.#deps.checkpoints.before(conversationId, seq);
+    const snapshot =
+      checkpoint && checkpoint.machine_version === SESSION_MACHINE_VERSION ? restore(checkpoint) : undefined;
+    const start = checkpoint && snapshot ? { seq: checkpoint.seq, snapshot } : undefined;
+    const events: LoggedEvent[] = [];
+    for (let afterSeq = start?.seq ?? 0; ;) {
+      const page = await this.#deps.log.read(conversationId, { afterSeq, limit: SEEK_PAGE });
+      for (const item of page.items) {
+        if (item.seq > seq) return { events, ...(start && { start }) };
+        events.push(item);
+      }
+      const last = page.items.at(-1);
+      if (!page.hasMore || last === undefined || last.seq >= seq) return { events, ...(start && { start }) };
+      afterSeq = last.seq;
+    }
   }
 
   async events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
@@ -123,4 +190,10 @@ export class ConversationReads {
     const { snapshot, lastSeq, nextEventId } = loaded.state;
     return { snapshot, throughSeq: lastSeq, lastEventId: nextEventId - 1, live: false };
   }
+}
+
+/** Where a fork came from, as its log says. */
+function forkedFrom(snapshot: SessionSnapshot): ConversationInfo['forked_from'] {
+  const from = snapshot.context.forkedFrom;
+  return from ? { conversation_id: from.conversationId, seq: from.seq } : null;
 }

@@ -30,3 +30,13 @@ export class NodeDrainingError extends TetherError {
     super('NODE_DRAINING', 'this node is shutting down: try again (another node takes new conversations)');
   }
 }
+
+/** A stream sequence that is not one of the conversation's events. */
+export class BadSeqError extends TetherError {
+  constructor(conversationId: string, seq: number | string) {
+    super(
+      'BAD_SEQ',
+      `seq ${seq} is not an event of conversation ${conversationId}: give the seq of one of its events (GET /api/conversations/${conversationId}/events lists them)`,
+    );
+  }
+}

@@ -7,5 +7,11 @@ export { loadSessionState, wasMidTask, type LoadedState } from './loadSession.ts
 export { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';
 export { Session, type SubmitResult, type RestoredState } from './session.ts';
 export { ConversationFeed, type FeedListener } from './conversationFeed.ts';
-export { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
+export {
+  BadSeqError,
+  ConversationNotFoundError,
+  IllegalTransitionError,
+  NodeDrainingError,
+  SessionClosedError,
+} from './errors.ts';
 export { SecretsNeedKeyError } from './secretKeeper.ts';

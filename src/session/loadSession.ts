@@ -5,7 +5,7 @@ import {
   SESSION_MACHINE_VERSION,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import type { AgentState, LoggedEvent } from '../protocol/index.ts';
+import type { AgentState, LoggedEvent, StoredEvent } from '../protocol/index.ts';
 import type { EventLog, SnapshotRecord, SnapshotStore } from '../store/index.ts';
 import type { RestoredState } from './session.ts';
 
@@ -65,8 +65,8 @@ export async function loadSessionState(
   };
 }
 
-/** A persisted snapshot back as a machine snapshot; undefined when it does not fit the machine. */
-function restore(record: SnapshotRecord): SessionSnapshot | undefined {
+/** A persisted snapshot (or checkpoint) back as a machine snapshot; undefined when it does not fit the machine. */
+export function restore(record: SnapshotRecord): SessionSnapshot | undefined {
   const persisted = record.snapshot as { value?: unknown; context?: unknown } | null;
   if (!persisted || typeof persisted !== 'object' || !persisted.context) return undefined;
   try {
@@ -79,9 +79,11 @@ function restore(record: SnapshotRecord): SessionSnapshot | undefined {
   }
 }
 
-function lastRecordedState(items: readonly LoggedEvent[]): AgentState | undefined {
+/** The agent state of the last `agent_state_changed` among the events (stored events, or logged ones), if any. */
+export function lastRecordedState(items: readonly (LoggedEvent | StoredEvent)[]): AgentState | undefined {
   for (let i = items.length - 1; i >= 0; i--) {
-    const event = items[i]!.event;
+    const item = items[i]!;
+    const event = 'event' in item ? item.event : item;
     if (event.type === 'agent_state_changed') return event.data.state;
   }
   return undefined;

@@ -16,7 +16,7 @@ import type {
   UserAction,
 } from '../protocol/index.ts';
 import type { AgentContext } from '../agent/index.ts';
-import type { SnapshotStore } from '../store/index.ts';
+import type { CheckpointStore, SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
 import { IllegalTransitionError, SessionClosedError } from './errors.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
@@ -30,6 +30,9 @@ export interface SessionDeps extends EffectDeps {
   snapshots: SnapshotStore;
   /** Write a snapshot every this many events (besides passivation). */
   snapshotEvery: number;
+  checkpoints: CheckpointStore;
+  /** Write a checkpoint each time the conversation's event count passes a multiple of this. */
+  checkpointEvery: number;
   /** How long closing waits for a session that is still starting. */
   startWaitMs: number;
   /** Called after every decision took effect, with the snapshot before it. */
@@ -113,6 +116,29 @@ export class Session {
   ): Promise<Session> {
     const session = new Session(conversationId, deps, state);
     await session.decide({ type: 'rehydrate', from, folded, recordedState: state.recordedState });
+    return session;
+  }
+
+  /**
+   * A fork, on its copied events (`state`): stores `conversation_forked`, then
+   * what coming back after a crash stores, and runs what the state asks for:
+   * a pending agent step is asked again, a command that was out is reported
+   * interrupted (never run again), a deadline already past fires at once.
+   */
+  static async fork(
+    conversationId: string,
+    deps: SessionDeps,
+    state: RestoredState,
+    parent: { conversationId: string; seq: number },
+  ): Promise<Session> {
+    const session = new Session(conversationId, deps, state);
+    await session.decide({
+      type: 'fork',
+      parent: parent.conversationId,
+      seq: parent.seq,
+      folded: state.nextEventId,
+      ...(state.recordedState !== undefined && { recordedState: state.recordedState }),
+    });
     return session;
   }
 
@@ -279,6 +305,7 @@ export class Session {
     // acknowledged. (An append that fails closes the session: it is reloaded from the log.)
     this.#snapshot = decision.snapshot;
     this.#afterDecision(before);
+    if (this.#log.checkpointDue(decision.events[0]!.id, decision.events.at(-1)!.id)) this.#checkpointLater();
     await this.#deps.index?.afterApply(decision.snapshot, decision.events);
     return first!;
   }
@@ -305,6 +332,15 @@ export class Session {
   /** Writes a periodic snapshot; an ended conversation (about to be purged) gets none. */
   #snapshotLater(): void {
     void this.#writeSnapshot().catch((err) => this.#log.warn('snapshot failed', err));
+  }
+
+  /** Writes a checkpoint of the state just applied; an ended conversation (about to be purged) gets none. */
+  #checkpointLater(): void {
+    const snapshot = this.#snapshot;
+    if (snapshot?.status !== 'active') return;
+    void this.#log
+      .writeCheckpoint(sessionMachine.getPersistedSnapshot(snapshot))
+      .catch((err) => this.#log.warn('checkpoint failed', err));
   }
 
   async #writeSnapshot(): Promise<void> {

@@ -3,7 +3,13 @@ import type { Agent, AgentContext } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../protocol/index.ts';
 import { EVENT_VERSION } from '../protocol/index.ts';
-import { VersionConflictError, type EventLog, type SnapshotRecord, type SnapshotStore } from '../store/index.ts';
+import {
+  VersionConflictError,
+  type CheckpointStore,
+  type EventLog,
+  type SnapshotRecord,
+  type SnapshotStore,
+} from '../store/index.ts';
 import type { ConversationFeed } from './conversationFeed.ts';
 import { SessionClosedError } from './errors.ts';
 
@@ -21,6 +27,9 @@ export interface SessionLogDeps {
   agent: Agent;
   snapshots: SnapshotStore;
   snapshotEvery: number;
+  checkpoints: CheckpointStore;
+  /** A checkpoint each time the conversation's event count passes a multiple of this. */
+  checkpointEvery: number;
   clock: () => Date;
   logger: Logger;
   /** False once this node may no longer act as the conversation's owner: nothing more is appended. */
@@ -171,15 +180,35 @@ export class SessionLog {
   /** Writes the snapshot of the state the log holds up to `lastSeq`. */
   async writeSnapshot(persisted: unknown): Promise<void> {
     if (this.#lastSeq === 0) return;
-    const record: SnapshotRecord = {
+    this.#sinceSnapshot = 0;
+    await this.#deps.snapshots.put(this.#record(persisted));
+  }
+
+  /**
+   * Whether events `firstId`..`lastId` (one decision's) take the
+   * conversation's event count past a multiple of `checkpointEvery`: its
+   * checkpoints then fall every so many events, whatever node wrote them and
+   * however often the session left memory.
+   */
+  checkpointDue(firstId: number, lastId: number): boolean {
+    const every = this.#deps.checkpointEvery;
+    return Math.floor((lastId + 1) / every) > Math.floor(firstId / every);
+  }
+
+  /** Writes a checkpoint of the state the log holds up to `lastSeq`. */
+  async writeCheckpoint(persisted: unknown): Promise<void> {
+    if (this.#lastSeq === 0) return;
+    await this.#deps.checkpoints.put(this.#record(persisted));
+  }
+
+  #record(persisted: unknown): SnapshotRecord {
+    return {
       conversation_id: this.#conversationId,
       machine_version: SESSION_MACHINE_VERSION,
       seq: this.#lastSeq,
       next_event_id: this.#nextEventId,
       snapshot: persisted,
     };
-    this.#sinceSnapshot = 0;
-    await this.#deps.snapshots.put(record);
   }
 
   /** Whether debug lines are written: test it before building a line's fields (appends and decisions are hot). */

@@ -6,15 +6,23 @@ import type {
   ConversationInfo,
   ClusterView,
   ConversationOwner,
+  ConversationState,
   CreateConversationBody,
   ListPosition,
   PassivationReason,
   UserAction,
 } from '../protocol/index.ts';
 import { agentStateOf } from '../../machines/index.ts';
-import { memoryStatusChannel, type ConversationEntry, type ReadPage } from '../store/index.ts';
+import {
+  memoryCheckpointStore,
+  memoryStatusChannel,
+  type CheckpointStore,
+  type ConversationEntry,
+  type ReadPage,
+} from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
+import { ConversationForks } from './forking.ts';
 import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
 import { ClusterRouter } from './clusterRouter.ts';
 import { NotOwnerError, type ForwardRequest } from './forwarding.ts';
@@ -46,6 +54,10 @@ export class SessionManager {
   readonly #rehydrations: LimitFunction;
   readonly #policy: PassivationPolicy;
   readonly #reads: ConversationReads;
+  readonly #checkpoints: CheckpointStore;
+  readonly #forks: ConversationForks;
+  /** Conversations being created here: their first events are stored before their record. */
+  readonly #creating = new Set<string>();
   readonly #secrets: SecretKeeper;
   readonly #ownership: Ownership;
   readonly #router: ClusterRouter;
@@ -72,7 +84,25 @@ export class SessionManager {
       const live = this.#live.get(id);
       return live !== undefined && !live.closed;
     });
-    this.#reads = new ConversationReads(deps, (id) => this.#live.get(id));
+    this.#checkpoints = deps.checkpoints ?? memoryCheckpointStore();
+    this.#reads = new ConversationReads({ ...deps, checkpoints: this.#checkpoints }, (id) => this.#live.get(id));
+    this.#forks = new ConversationForks({
+      ...deps,
+      checkpoints: this.#checkpoints,
+      reads: this.#reads,
+      ownership: this.#ownership,
+      secrets: this.#secrets,
+      logger: this.#logger,
+      clock: this.#clock,
+      newId: () => this.#newId(),
+      checkpointEvery: this.limits.checkpointEvery,
+      sessionDeps: (id, known) => this.#sessionDeps(id, known),
+      adopt: (session) => {
+        this.#live.set(session.conversationId, session);
+        this.feed.refresh(session.conversationId);
+      },
+      purge: (id, user) => this.#purge(id, user),
+    });
     this.#rehydrations = pLimit(this.limits.rehydrateConcurrency);
     this.#policy = new PassivationPolicy(
       {
@@ -87,11 +117,17 @@ export class SessionManager {
     this.#policy.start();
     this.#recovery = new WorkRecovery(
       {
-        here: (id) => this.#live.has(id) || this.#loading.has(id),
+        here: (id) => this.#live.has(id) || this.#loading.has(id) || this.#creating.has(id) || this.#forks.copying(id),
         load: (entry) => this.#load(entry),
         exclusive: (id, work) => this.#claimStep(id, work),
       },
-      { ...deps, ownership: this.#ownership, logger: this.#logger, concurrency: this.limits.rehydrateConcurrency },
+      {
+        ...deps,
+        ownership: this.#ownership,
+        logger: this.#logger,
+        concurrency: this.limits.rehydrateConcurrency,
+        purge: (id, user) => this.#purge(id, user),
+      },
     );
     this.#router = new ClusterRouter(
       {
@@ -132,10 +168,11 @@ export class SessionManager {
 
   async create(user: string, body: CreateConversationBody): Promise<{ conversation_id: string }> {
     if (this.#draining) throw new NodeDrainingError();
-    const conversationId = this.#deps.newId?.() ?? randomUUID().replaceAll('-', '');
+    const conversationId = this.#newId();
     this.#secrets.check(body.secrets);
     await this.#ownership.claimNew(conversationId);
     await this.#secrets.keep(conversationId, body.secrets);
+    this.#creating.add(conversationId);
     const session = await Session.create(conversationId, this.#sessionDeps(conversationId), {
       user,
       ...(body.initial_message !== undefined && { initial_message: body.initial_message }),
@@ -147,7 +184,7 @@ export class SessionManager {
       replay: body.replay !== undefined,
       ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
       start_timeout_ms: this.limits.startTimeoutMs,
-    });
+    }).finally(() => this.#creating.delete(conversationId));
     this.#live.set(conversationId, session);
     this.feed.refresh(conversationId);
     if (body.initial_message !== undefined) {
@@ -161,7 +198,6 @@ export class SessionManager {
     return this.#reads.list(user, page);
   }
 
-  /** A conversation as it stands; a read that wakes nothing. */
   /** A conversation as it stands, and the node that runs it (the user's own only). */
   async info(conversationId: string, user: string): Promise<ConversationInfo> {
     const info = await this.#reads.info(conversationId, user);
@@ -196,6 +232,17 @@ export class SessionManager {
 
   events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
     return this.#reads.events(conversationId, user, page);
+  }
+
+  /** The conversation right after its event at `atSeq` (default: its last): a pure fold, nothing wakes. */
+  stateAt(conversationId: string, user: string, atSeq?: number): Promise<ConversationState> {
+    return this.#reads.stateAt(conversationId, user, atSeq);
+  }
+
+  /** A new conversation of the user from the parent's events through `atSeq`; it runs here. */
+  fork(parentId: string, user: string, atSeq: number): Promise<{ conversation_id: string }> {
+    if (this.#draining) throw new NodeDrainingError();
+    return this.#forks.fork(parentId, user, atSeq);
   }
 
   /** The live session of an owned conversation, brought back from its log when needed. */
@@ -316,11 +363,21 @@ export class SessionManager {
     this.#live.delete(conversationId);
     this.feed.refresh(conversationId);
     await session?.close('deleted');
+    await this.#purge(conversationId, user);
+  }
+
+  /** Removes everything kept of a conversation: events, snapshot, checkpoints, record and marker, secrets, owner record. */
+  async #purge(conversationId: string, user: string): Promise<void> {
     await this.#deps.log.purge(conversationId);
     await this.#deps.snapshots.delete(conversationId);
+    await this.#checkpoints.purge(conversationId);
     await this.#deps.conversations.delete(user, conversationId);
     await this.#secrets.forget(conversationId);
     await this.#ownership.release(conversationId);
+  }
+
+  #newId(): string {
+    return this.#deps.newId?.() ?? randomUUID().replaceAll('-', '');
   }
 
   /** Listens to a conversation's events and status frames, from the log, whichever node writes them. */
@@ -471,6 +528,8 @@ export class SessionManager {
       feed: this.feed,
       snapshots: this.#deps.snapshots,
       snapshotEvery: this.limits.snapshotEvery,
+      checkpoints: this.#checkpoints,
+      checkpointEvery: this.limits.checkpointEvery,
       startWaitMs: this.limits.startTimeoutMs,
       agent: replayable(this.#deps.agentFor(conversationId)),
       runtimes: this.#deps.runtimes,

@@ -2,6 +2,7 @@ import type { Agent } from '../agent/index.ts';
 import type { Logger } from '../logger.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
 import type {
+  CheckpointStore,
   ClusterBus,
   ConversationStore,
   EventLog,
@@ -17,6 +18,8 @@ export interface SessionLimits extends PassivationLimits {
   startTimeoutMs: number;
   /** Snapshot every this many events, besides at passivation. */
   snapshotEvery: number;
+  /** A checkpoint (for looks at past states) every this many events of a conversation. */
+  checkpointEvery: number;
   /** Rehydrations running at once; further ones (and their actions) wait their turn. */
   rehydrateConcurrency: number;
 }
@@ -28,6 +31,7 @@ export const DEFAULT_LIMITS: SessionLimits = {
   maxRunningPerUser: 3,
   startTimeoutMs: 60_000,
   snapshotEvery: 200,
+  checkpointEvery: 100,
   rehydrateConcurrency: 8,
 };
 
@@ -35,6 +39,8 @@ export interface SessionManagerDeps {
   log: EventLog;
   conversations: ConversationStore;
   snapshots: SnapshotStore;
+  /** Checkpoints for looks at past states (default: in this process's memory). */
+  checkpoints?: CheckpointStore;
   /** Status frames between nodes (default: in this process only). */
   status?: StatusChannel;
   runtimes: RuntimeProvider;

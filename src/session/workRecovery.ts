@@ -21,6 +21,8 @@ export interface RecoveryDeps {
   logger: Logger;
   /** Markers looked at once. */
   concurrency: number;
+  /** Removes what is kept of a conversation that has no record: half a creation or a fork. */
+  purge: (conversationId: string, user: string) => Promise<void>;
 }
 
 /**
@@ -89,7 +91,7 @@ export class WorkRecovery {
             return await this.#host.exclusive(id, async () => {
               if (this.#host.here(id)) return undefined;
               if (!(await ownership.route(id)).local) return undefined;
-              const entry = await recoverMarker(marker, conversations, log);
+              const entry = await recoverMarker(marker, conversations, log, this.#deps.purge);
               if (!entry) await ownership.release(id);
               return entry && { loading: this.#host.load(entry) };
             });
@@ -119,12 +121,14 @@ export async function recoverMarker(
   marker: WorkMarker,
   conversations: ConversationStore,
   log: EventLog,
+  purge: (conversationId: string, user: string) => Promise<void>,
 ): Promise<ConversationEntry | undefined> {
   const id = marker.conversation_id;
   const entry = await conversations.get(marker.user, id);
   if (!entry) {
-    // Deleted: the delete removed the entry, not yet the marker.
-    await conversations.unmark(id);
+    // No record: a delete that removed it but not yet the marker, or a creation or a fork cut off
+    // before its record was written (never listed, never answered): what it stored goes.
+    await purge(id, marker.user);
     return undefined;
   }
   let state = entry.state;

@@ -52,6 +52,9 @@ export {
   type EmbeddedNatsOptions,
 } from './embeddedNats.ts';
 export { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
+export { CheckpointRecord, type CheckpointStore } from './checkpointStore.ts';
+export { KvCheckpointStore, kvCheckpointStore, DEFAULT_CHECKPOINT_BUCKET } from './kvCheckpointStore.ts';
+export { MemoryCheckpointStore, memoryCheckpointStore } from './memoryCheckpointStore.ts';
 export { jetStreamStores, memoryStores, type Stores, type JetStreamStoreNames } from './stores.ts';
 export { KvSnapshotStore, kvSnapshotStore, DEFAULT_SNAPSHOT_BUCKET } from './kvSnapshotStore.ts';
 export { MemorySnapshotStore, memorySnapshotStore } from './memorySnapshotStore.ts';

@@ -1,9 +1,12 @@
 import type { NatsConnection } from '@nats-io/transport-node';
+import type { CheckpointStore } from './checkpointStore.ts';
 import type { ConversationStore } from './conversationStore.ts';
 import type { EventLog } from './eventLog.ts';
 import { jetStreamEventLog } from './jetStreamEventLog.ts';
+import { kvCheckpointStore } from './kvCheckpointStore.ts';
 import { kvConversationStore } from './kvConversationStore.ts';
 import { kvSnapshotStore } from './kvSnapshotStore.ts';
+import { memoryCheckpointStore } from './memoryCheckpointStore.ts';
 import { memoryConversationStore } from './memoryConversationStore.ts';
 import { memoryEventLog } from './memoryEventLog.ts';
 import { memorySnapshotStore } from './memorySnapshotStore.ts';
@@ -11,11 +14,12 @@ import type { SnapshotStore } from './snapshotStore.ts';
 import { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
 import type { Replication } from './streamSettings.ts';
 
-/** Everything a Tether keeps: the event log, conversation records, snapshots. */
+/** Everything a Tether keeps: the event log, conversation records, snapshots, checkpoints. */
 export interface Stores {
   log: EventLog;
   conversations: ConversationStore;
   snapshots: SnapshotStore;
+  checkpoints: CheckpointStore;
   /** Transient status frames, from the node that runs a session to every node's clients. */
   status: StatusChannel;
 }
@@ -30,6 +34,8 @@ export interface JetStreamStoreNames {
   conversationBucket?: string;
   /** KV bucket of snapshots (default `tether_snapshots`). */
   snapshotBucket?: string;
+  /** KV bucket of checkpoints (default `tether_checkpoints`). */
+  checkpointBucket?: string;
 }
 
 /** The stores on JetStream and KV, creating the stream and buckets when missing and bringing their replicas to `names.replicas`. */
@@ -37,12 +43,13 @@ export async function jetStreamStores(
   nc: NatsConnection,
   names: JetStreamStoreNames & Replication = {},
 ): Promise<Stores> {
-  const [log, conversations, snapshots] = await Promise.all([
+  const [log, conversations, snapshots, checkpoints] = await Promise.all([
     jetStreamEventLog(nc, { stream: names.stream, subjectPrefix: names.subjectPrefix, replicas: names.replicas }),
     kvConversationStore(nc, { bucket: names.conversationBucket, replicas: names.replicas }),
     kvSnapshotStore(nc, { bucket: names.snapshotBucket, replicas: names.replicas }),
+    kvCheckpointStore(nc, { bucket: names.checkpointBucket, replicas: names.replicas }),
   ]);
-  return { log, conversations, snapshots, status: natsStatusChannel(nc, names.subjectPrefix) };
+  return { log, conversations, snapshots, checkpoints, status: natsStatusChannel(nc, names.subjectPrefix) };
 }
 
 /** The in-memory twins: for tests and for trying Tether without NATS. */
@@ -51,6 +58,7 @@ export function memoryStores(): Stores {
     log: memoryEventLog(),
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),
+    checkpoints: memoryCheckpointStore(),
     status: memoryStatusChannel(),
   };
 }

@@ -63,7 +63,7 @@ describe('machine versions', () => {
     const hash = machineHash();
     expect(
       MACHINE_VERSION_HASHES[SESSION_MACHINE_VERSION],
-      `machines/ changed: bump SESSION_MACHINE_VERSION (machines/sessionContext.ts), add an upcaster entry for what the bump reinterprets, and add "${SESSION_MACHINE_VERSION + 1}: '<hash>'" to ${TABLE} (the hash of this version is ${hash})`,
+      `machines/ changed: bump SESSION_MACHINE_VERSION (machines/sessionContext.ts), add an upcaster entry for what the bump reinterprets, and add "${SESSION_MACHINE_VERSION in MACHINE_VERSION_HASHES ? SESSION_MACHINE_VERSION + 1 : SESSION_MACHINE_VERSION}: '<hash>'" to ${TABLE} (the hash of this version is ${hash})`,
     ).toBe(hash);
     expect(Math.max(...Object.keys(MACHINE_VERSION_HASHES).map(Number))).toBe(SESSION_MACHINE_VERSION);
   });
