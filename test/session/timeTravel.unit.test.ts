@@ -254,4 +254,40 @@ describe('a fork', () => {
     await expect(second.info(forkId, 'local')).rejects.toThrow(ConversationNotFoundError);
     await second.shutdown();
   });
+
+  it('of a conversation replaying a recorded trajectory stops replaying: its pending step is asked of the live agent', async () => {
+    const { log, manager } = setup();
+    const m = manager();
+    const recorded = (id: number, content: string): LoggedEvent => ({
+      seq: id + 1,
+      event: {
+        v: 1,
+        id,
+        conversation_id: 'x',
+        ts: new Date(0).toISOString(),
+        source: 'agent',
+        type: 'message',
+        data: { content },
+      },
+    });
+    const replay = [recorded(1, 'recorded one'), recorded(3, 'recorded two')];
+    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello', replay });
+    await settled(m, log, parent);
+    const agentSaid = async (id: string) =>
+      (await events(log, id)).flatMap(({ event }) =>
+        event.source === 'agent' && event.type === 'message' ? [event.data.content] : [],
+      );
+    expect(await agentSaid(parent)).toEqual(['recorded one']);
+    const { seq: cut } = await m.act(parent, 'local', { type: 'message', content: 'again' });
+    await settled(m, log, parent);
+    // The parent replays its second recorded answer; the fork, cut at the message, asks the live agent.
+    expect(await agentSaid(parent)).toEqual(['recorded one', 'recorded two']);
+    const { conversation_id: fork } = await m.fork(parent, 'local', cut);
+    await settled(m, log, fork);
+    const said = await agentSaid(fork);
+    expect(said).toHaveLength(2);
+    expect(said[0]).toBe('recorded one');
+    expect(said[1]).not.toBe('recorded two');
+    await m.shutdown();
+  });
 });
