@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { kvCheckpointStore, type NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, uniqueBucketName } from '../support/nats.ts';
+import { connectTestNats, freshBucket } from '../support/nats.ts';
 import { checkpointStoreContract } from './checkpointStoreContract.ts';
 import { snapshotRecord } from './snapshotStoreContract.ts';
 
@@ -11,19 +11,11 @@ beforeAll(async () => {
 });
 afterAll(() => nc.close());
 
-async function freshBucket(): Promise<string> {
-  const bucket = uniqueBucketName();
-  onTestFinished(async () => {
-    await (await new Kvm(nc).open(bucket)).destroy();
-  });
-  return bucket;
-}
-
-checkpointStoreContract('KvCheckpointStore', async () => kvCheckpointStore(nc, { bucket: await freshBucket() }));
+checkpointStoreContract('KvCheckpointStore', async () => kvCheckpointStore(nc, { bucket: freshBucket(nc) }));
 
 describe('KvCheckpointStore', () => {
   test('keeps each checkpoint under <conversation>.<seq>; a value that is not a record reads as none', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvCheckpointStore(nc, { bucket });
     const r = snapshotRecord(12);
     await store.put(r);

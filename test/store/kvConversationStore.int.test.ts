@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { kvConversationStore } from '../../src/store/kvConversationStore.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, uniqueBucketName } from '../support/nats.ts';
+import { connectTestNats, freshBucket } from '../support/nats.ts';
 import { conversationStoreContract, entry } from './conversationStoreContract.ts';
 
 let nc: NatsConnection;
@@ -11,19 +11,11 @@ beforeAll(async () => {
 });
 afterAll(() => nc.close());
 
-async function freshBucket(): Promise<string> {
-  const bucket = uniqueBucketName();
-  onTestFinished(async () => {
-    await (await new Kvm(nc).open(bucket)).destroy();
-  });
-  return bucket;
-}
-
-conversationStoreContract('KvConversationStore', async () => kvConversationStore(nc, { bucket: await freshBucket() }));
+conversationStoreContract('KvConversationStore', async () => kvConversationStore(nc, { bucket: freshBucket(nc) }));
 
 describe('KvConversationStore', () => {
   test('a bucket value that is not an entry makes get and list fail instead of passing it on', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvConversationStore(nc, { bucket });
     const e = entry(1, 'ada');
     const kv = await new Kvm(nc).open(bucket);
@@ -39,7 +31,7 @@ describe('KvConversationStore', () => {
   });
 
   test('keys are u.<base64url(user)>.<id> and w.<id>', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvConversationStore(nc, { bucket });
     const e = entry(1, 'ada lovelace');
     await store.put(e);
@@ -50,7 +42,7 @@ describe('KvConversationStore', () => {
   });
 
   test('a list while its entries are being rewritten misses none of them', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvConversationStore(nc, { bucket });
     const entries = Array.from({ length: 200 }, (_, i) => entry(i));
     await Promise.all(entries.map((e) => store.put(e)));
@@ -69,7 +61,7 @@ describe('KvConversationStore', () => {
   });
 
   test('reopening the bucket finds the entries and markers written before', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const e = entry(1);
     const first = await kvConversationStore(nc, { bucket });
     await first.put(e);
@@ -80,7 +72,7 @@ describe('KvConversationStore', () => {
   });
 
   test('opening moves records of the old layout (key = id) into the user index, with a marker recovery reads', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const kv = await new Kvm(nc).create(bucket, { history: 1 });
     const old = { conversation_id: 'old-one', user: 'ada', created_at: '2025-01-01T00:00:00.000Z' };
     await kv.put(old.conversation_id, JSON.stringify(old));

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { kvSecretStore, SecretsUnsealError, type NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, uniqueBucketName } from '../support/nats.ts';
+import { connectTestNats, freshBucket, uniqueBucketName } from '../support/nats.ts';
 import { newConversationId } from './eventLogContract.ts';
 import { secretStoreContract, someSecrets } from './secretStoreContract.ts';
 
@@ -13,21 +13,11 @@ beforeAll(async () => {
 });
 afterAll(() => nc.close());
 
-async function freshBucket(): Promise<string> {
-  const bucket = uniqueBucketName();
-  onTestFinished(async () => {
-    await (await new Kvm(nc).open(bucket)).destroy();
-  });
-  return bucket;
-}
-
-secretStoreContract('KvSecretStore', async () =>
-  kvSecretStore(nc, { key: randomBytes(32), bucket: await freshBucket() }),
-);
+secretStoreContract('KvSecretStore', async () => kvSecretStore(nc, { key: randomBytes(32), bucket: freshBucket(nc) }));
 
 describe('KvSecretStore', () => {
   test('the bucket holds no secret value, in clear, base64, base64url or hex, nor a secret name', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvSecretStore(nc, { key: randomBytes(32), bucket });
     const c = newConversationId();
     const secrets = someSecrets();
@@ -50,7 +40,7 @@ describe('KvSecretStore', () => {
   });
 
   test('delete leaves no value under the conversation in the bucket', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvSecretStore(nc, { key: randomBytes(32), bucket });
     const c = newConversationId();
     await store.put(c, someSecrets());
@@ -63,7 +53,7 @@ describe('KvSecretStore', () => {
   });
 
   test('a store opened with another key fails to read with SecretsUnsealError; the sealing key still reads', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvSecretStore(nc, { key: randomBytes(32), bucket });
     const other = await kvSecretStore(nc, { key: randomBytes(32), bucket });
     const c = newConversationId();
@@ -77,7 +67,7 @@ describe('KvSecretStore', () => {
   });
 
   test('a sealed value copied under another conversation does not read', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvSecretStore(nc, { key: randomBytes(32), bucket });
     const [a, b] = [newConversationId(), newConversationId()];
     await store.put(a, someSecrets());
@@ -87,7 +77,7 @@ describe('KvSecretStore', () => {
   });
 
   test('a value written to the bucket in clear does not read as secrets', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvSecretStore(nc, { key: randomBytes(32), bucket });
     const c = newConversationId();
     await (await new Kvm(nc).open(bucket)).put(c, JSON.stringify({ TOKEN: 'written-in-clear' }));

@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { kvSnapshotStore, type NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, uniqueBucketName } from '../support/nats.ts';
+import { connectTestNats, freshBucket } from '../support/nats.ts';
 import { snapshotRecord, snapshotStoreContract } from './snapshotStoreContract.ts';
 
 let nc: NatsConnection;
@@ -10,19 +10,11 @@ beforeAll(async () => {
 });
 afterAll(() => nc.close());
 
-async function freshBucket(): Promise<string> {
-  const bucket = uniqueBucketName();
-  onTestFinished(async () => {
-    await (await new Kvm(nc).open(bucket)).destroy();
-  });
-  return bucket;
-}
-
-snapshotStoreContract('KvSnapshotStore', async () => kvSnapshotStore(nc, { bucket: await freshBucket() }));
+snapshotStoreContract('KvSnapshotStore', async () => kvSnapshotStore(nc, { bucket: freshBucket(nc) }));
 
 describe('KvSnapshotStore', () => {
   test('a bucket value that is not a snapshot record reads as no snapshot, so the log is folded instead', async () => {
-    const bucket = await freshBucket();
+    const bucket = freshBucket(nc);
     const store = await kvSnapshotStore(nc, { bucket });
     const r = snapshotRecord();
     const kv = await new Kvm(nc).open(bucket);

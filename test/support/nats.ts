@@ -1,6 +1,7 @@
 // Helpers for *.int.test.ts files: the run's nats-server and names no other test uses.
 import { randomBytes } from 'node:crypto';
-import { inject } from 'vitest';
+import { Kvm } from '@nats-io/kv';
+import { inject, onTestFinished } from 'vitest';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
 
@@ -26,4 +27,13 @@ export function uniqueSubjectPrefix(): string {
 /** A KV bucket name no other test uses. */
 export function uniqueBucketName(): string {
   return `test_${token()}`;
+}
+
+/** A KV bucket name no other test uses, destroyed on `nc` when the calling test finishes. */
+export function freshBucket(nc: NatsConnection): string {
+  const bucket = uniqueBucketName();
+  onTestFinished(async () => {
+    await (await new Kvm(nc).open(bucket)).destroy();
+  });
+  return bucket;
 }
