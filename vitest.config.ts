@@ -1,6 +1,7 @@
 import { configDefaults, defineConfig } from 'vitest/config';
 
 const CLUSTER_TESTS = 'test/**/*.cluster.test.ts';
+const BROWSER_TESTS = 'test/**/*.browser.test.ts';
 const timeouts = { testTimeout: 30_000, hookTimeout: 30_000 };
 
 export default defineConfig({
@@ -14,7 +15,7 @@ export default defineConfig({
         test: {
           name: 'tests',
           include: ['test/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, CLUSTER_TESTS],
+          exclude: [...configDefaults.exclude, CLUSTER_TESTS, BROWSER_TESTS],
           ...timeouts,
         },
       },
@@ -26,6 +27,16 @@ export default defineConfig({
           include: [CLUSTER_TESTS],
           fileParallelism: false,
           sequence: { groupOrder: 1 },
+          ...timeouts,
+        },
+      },
+      {
+        // Each page test drives a Chromium against real server processes: one file at a time, last.
+        test: {
+          name: 'browser',
+          include: [BROWSER_TESTS],
+          fileParallelism: false,
+          sequence: { groupOrder: 2 },
           ...timeouts,
         },
       },

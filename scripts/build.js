@@ -1,10 +1,11 @@
 #!/usr/bin/env node
-// Compiles the server (src/ and machines/) to dist/ with tsc, and says when
-// dist/ is stale. `node scripts/build.js` always builds; `--if-stale` builds
+// Compiles the server (src/ and machines/) to dist/ with tsc, bundles the page
+// (page/, with esbuild) into dist/page/, and says when dist/ is stale. `node scripts/build.js` always builds; `--if-stale` builds
 // only when dist/ is missing or older than a source file (npm start, npm test).
 import { spawnSync } from 'node:child_process';
 import {
   closeSync,
+  copyFileSync,
   existsSync,
   openSync,
   readFileSync,
@@ -23,7 +24,9 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** What the build reads: a change to any of these (or a file added or removed in them) makes dist/ stale. */
-const SOURCES = ['src', 'machines', 'tsconfig.json', 'tsconfig.build.json', 'package.json'];
+const SOURCES = ['src', 'machines', 'page', 'tsconfig.json', 'tsconfig.build.json', 'package.json'];
+/** The page's files copied as they are beside its bundle. */
+const PAGE_STATIC = ['index.html', 'style.css'];
 const DIST = join(ROOT, 'dist');
 /** Written last by a successful build, dated when the build started: a source saved during it stays newer. */
 export const STAMP = join(DIST, '.built');
@@ -70,7 +73,7 @@ function compile(log) {
       { cause: err },
     );
   }
-  log('tether: compiling src/ and machines/ to dist/ (tsc -p tsconfig.build.json) ...');
+  log('tether: compiling src/ and machines/ to dist/ (tsc -p tsconfig.build.json) and bundling page/ ...');
   const started = new Date();
   const fresh = join(ROOT, `dist.tmp-${process.pid}`);
   const old = join(ROOT, `dist.old-${process.pid}`);
@@ -79,6 +82,7 @@ function compile(log) {
     const args = [tsc, '-p', 'tsconfig.build.json', '--outDir', fresh];
     const result = spawnSync(process.execPath, args, { cwd: ROOT, encoding: 'utf8' });
     if (result.status !== 0) throw new Error(`tsc failed; dist/ is left as it was:\n${result.stdout}${result.stderr}`);
+    bundlePage(join(fresh, 'page'));
     const stamp = join(fresh, '.built');
     writeFileSync(stamp, `${started.toISOString()}\n`);
     utimesSync(stamp, started, started);
@@ -89,6 +93,36 @@ function compile(log) {
     rmSync(old, { recursive: true, force: true });
   }
   log(`tether: dist/ built in ${((Date.now() - started.getTime()) / 1000).toFixed(1)} s`);
+}
+
+/**
+ * The page: page/main.ts and what it imports (machines/ among them) in one
+ * browser bundle, with its HTML and CSS beside it. Nothing is loaded from
+ * elsewhere at run time.
+ */
+function bundlePage(outDir) {
+  let esbuild;
+  try {
+    esbuild = createRequire(import.meta.url)('esbuild');
+  } catch (err) {
+    throw new Error('bundling the page needs esbuild, a development dependency: run `npm install`', { cause: err });
+  }
+  try {
+    esbuild.buildSync({
+      entryPoints: [join(ROOT, 'page', 'main.ts')],
+      outfile: join(outDir, 'app.js'),
+      bundle: true,
+      platform: 'browser',
+      format: 'esm',
+      target: 'es2022',
+      minify: true,
+      sourcemap: 'linked',
+      logLevel: 'silent',
+    });
+  } catch (err) {
+    throw new Error(`bundling the page failed; dist/ is left as it was:\n${err.message}`, { cause: err });
+  }
+  for (const name of PAGE_STATIC) copyFileSync(join(ROOT, 'page', name), join(outDir, name));
 }
 
 /** Runs `work` holding the build lock; a lock left by a process that died is taken over. */

@@ -2,9 +2,9 @@
 // Plain JavaScript so both npm scripts and the TypeScript server can use it.
 // The rules match src/store/natsBinary.ts (which the server uses and which never
 // installs): NATS_SERVER_BIN when set, else PATH, then the usual places; executable files only.
-import { execFileSync } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
+import { aptInstall } from './apt.js';
 
 const USUAL_PLACES = ['/usr/sbin', '/usr/bin', '/usr/local/bin'];
 
@@ -35,22 +35,7 @@ export async function ensureNatsServer({ log = () => {}, env = process.env } = {
   // An explicit binary that is not there is a mistake to report, not a reason to install another.
   if (env.NATS_SERVER_BIN)
     throw new Error(`NATS_SERVER_BIN=${env.NATS_SERVER_BIN} is not an executable file. ${HOW_TO_INSTALL}`);
-  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
-  if (!isRoot) throw new Error(HOW_TO_INSTALL);
-  log('nats-server is missing; installing Debian package nats-server with apt-get ...');
-  const aptEnv = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  try {
-    execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'ignore', 'inherit'], env: aptEnv });
-    execFileSync('apt-get', ['install', '-y', '-qq', 'nats-server'], {
-      stdio: ['ignore', 'ignore', 'inherit'],
-      env: aptEnv,
-    });
-  } catch (err) {
-    throw new Error(
-      `apt-get install nats-server failed (${err instanceof Error ? err.message : err}). ${HOW_TO_INSTALL}`,
-      { cause: err },
-    );
-  }
+  aptInstall('nats-server', HOW_TO_INSTALL, log);
   const installed = findNatsServer(env);
   if (!installed) throw new Error(`apt-get finished but nats-server is still missing. ${HOW_TO_INSTALL}`);
   return installed;

@@ -10,7 +10,7 @@ import { llmAgent, scriptedAgent } from '../agent/index.ts';
 import { loadConfig, type Config } from '../config.ts';
 import { errorFields, jsonLogger, type Logger } from '../logger.ts';
 import { localRuntimeProvider } from '../runtime/index.ts';
-import { authenticator, startingServer } from '../server/index.ts';
+import { authenticator, pageAssets, startingServer } from '../server/index.ts';
 import {
   connectNats,
   jetStreamStores,
@@ -108,6 +108,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         maxPendingBytes: config.maxPendingBytes,
         ws: config.ws,
         ready: async () => natsReady && (await natsAnswers(connection)),
+        page: pageAssets(),
       },
     });
     await tether.start();
@@ -119,6 +120,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
   }
   logger.info('tether listening', {
     url: urlOf(address, 'http'),
+    page: `${urlOf(address, 'http')}/`,
     ws: `${urlOf(address, 'ws')}/ws`,
     nats: nats.url,
   });

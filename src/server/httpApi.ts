@@ -15,6 +15,7 @@ import {
 import { BadSeqError, type SessionManager } from '../session/index.ts';
 import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
+import { PAGE_CSP, type PageAsset } from './pageAssets.ts';
 
 export interface HttpApiOptions {
   manager: SessionManager;
@@ -25,6 +26,8 @@ export interface HttpApiOptions {
   /** Whether the event store is reachable, for `/readyz`. */
   ready?: () => boolean | Promise<boolean>;
   metrics?: { contentType: string; text(): Promise<string> };
+  /** The page's built files by name (`index.html`, `app.js`, `style.css`); absent: no page. */
+  page?: (name: string) => PageAsset | undefined;
 }
 
 interface Ctx {
@@ -33,8 +36,8 @@ interface Ctx {
   user: string;
   params: string[];
 }
-/** A JSON answer, or `text` sent as it is with its own content type. */
-type Answer = { status: number; body?: unknown; text?: { type: string; body: string } };
+/** A JSON answer, or `text` sent as it is with its own content type, or a file of the page. */
+type Answer = { status: number; body?: unknown; text?: { type: string; body: string }; asset?: PageAsset };
 type Handler = (ctx: Ctx) => Promise<Answer>;
 
 /** The REST routes of the contract. Parses and routes; the session manager decides. */
@@ -42,7 +45,14 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
   const { manager } = options;
   const readJson = <T>(req: IncomingMessage, schema: ZodType<T>) =>
     readBody(req, options.maxBodyBytes).then((b) => parseJson(b, schema));
+  const asset = (name: string): Answer => {
+    const found = options.page?.(name);
+    if (!found) throw new BadRequestError('NOT_FOUND', 'the page is not built here: run `npm run build`', 404);
+    return { status: 200, asset: found };
+  };
   const routes: Array<[method: string, pattern: RegExp, handler: Handler]> = [
+    ['GET', /^\/$/, async () => asset('index.html')],
+    ['GET', /^\/page\/(app\.js|app\.js\.map|style\.css)$/, async ({ params }) => asset(params[0]!)],
     ['GET', /^\/healthz$/, async () => ({ status: 200, body: { ok: true } })],
     [
       'GET',
@@ -167,7 +177,12 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
       const params = (route[1].exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
       return route[2]({ req, url, user, params });
     })().then(
-      (result) => (result.text ? sendText(res, result.status, result.text) : send(res, result.status, result.body)),
+      (result) =>
+        result.asset
+          ? sendAsset(res, result.asset)
+          : result.text
+            ? sendText(res, result.status, result.text)
+            : send(res, result.status, result.body),
       (err: unknown) => {
         const pub = toPublicError(err);
         if (pub.status >= 500) options.logger.error('request failed', { path: url.pathname, ...errorFields(err) });
@@ -177,8 +192,29 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
   };
 }
 
-// /metrics holds counts only (no id, user or content): a scraper needs no token.
-const PUBLIC_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+// /metrics holds counts only (no id, user or content): a scraper needs no token. The page's
+// files hold no data (it asks for a token itself).
+const PUBLIC_PATHS = new Set([
+  '/healthz',
+  '/readyz',
+  '/metrics',
+  '/',
+  '/page/app.js',
+  '/page/app.js.map',
+  '/page/style.css',
+]);
+
+function sendAsset(res: ServerResponse, asset: PageAsset): void {
+  if (res.headersSent) return;
+  res.writeHead(200, {
+    'content-type': asset.type,
+    'content-length': asset.body.length,
+    'content-security-policy': PAGE_CSP,
+    'x-content-type-options': 'nosniff',
+    'cache-control': 'no-cache',
+  });
+  res.end(asset.body);
+}
 
 function sendText(res: ServerResponse, status: number, text: { type: string; body: string }): void {
   if (res.headersSent) return;

@@ -2,3 +2,4 @@ export { tetherServer, startingServer, localUser, type TetherServer, type Tether
 export { WsGateway, CLOSE, type WsGatewayOptions } from './wsGateway.ts';
 export { httpApi, type HttpApiOptions } from './httpApi.ts';
 export { authenticator, parseTokens, type Authenticate, type AuthOptions } from './auth.ts';
+export { pageAssets, PAGE_CSP, type PageAsset } from './pageAssets.ts';

@@ -5,6 +5,7 @@ import type { Logger } from '../logger.ts';
 import type { SessionManager } from '../session/index.ts';
 import type { Authenticate } from './auth.ts';
 import { httpApi } from './httpApi.ts';
+import type { PageAsset } from './pageAssets.ts';
 import { WsGateway } from './wsGateway.ts';
 
 export interface TetherServerOptions {
@@ -26,6 +27,8 @@ export interface TetherServerOptions {
   metrics?: { contentType: string; text(): Promise<string> };
   /** Who is calling; null when unauthenticated. Default: everyone is user `local`. */
   authenticate?: Authenticate;
+  /** The page's built files (`pageAssets()`); without it `/` answers 404. */
+  page?: (name: string) => PageAsset | undefined;
   /** Serve on this HTTP server (one from `startingServer()`, maybe listening already) instead of a new one. */
   http?: Server;
 }

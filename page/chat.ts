@@ -1,0 +1,76 @@
+import type { LoggedEvent, StoredEvent } from '../src/protocol/index.ts';
+import { h } from './dom.ts';
+
+/** One stored event as a line of the chat: messages as bubbles, commands and their output, the rest as status lines. */
+export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
+  const base = { 'data-seq': seq, 'data-type': event.type, 'data-source': event.source };
+  switch (event.type) {
+    case 'message':
+      return h(
+        'div',
+        { ...base, class: `msg ${event.source}` },
+        h('span', { class: 'who' }, event.source),
+        event.data.content,
+      );
+    case 'command':
+      return h(
+        'div',
+        { ...base, class: `cmd ${event.source}` },
+        h('code', {}, `$ ${event.data.command}`),
+        event.data.risk ? h('span', { class: `risk ${event.data.risk}` }, `${event.data.risk} risk`) : null,
+      );
+    case 'command_output':
+      return h(
+        'div',
+        { ...base, class: 'output' },
+        h('div', { class: 'exit' }, event.data.exit_code === null ? 'did not finish' : `exit ${event.data.exit_code}`),
+        h('pre', {}, event.data.output),
+      );
+    case 'finish':
+      return h(
+        'div',
+        { ...base, class: 'msg agent finish' },
+        h('span', { class: 'who' }, 'finished'),
+        event.data.content,
+      );
+    default:
+      return h('div', { ...base, class: 'line' }, describe(event));
+  }
+}
+
+/** An event that is not a message or a command, in a few words. */
+export function describe(event: StoredEvent): string {
+  switch (event.type) {
+    case 'conversation_created':
+      return `conversation created${event.data.confirmation_mode ? ' (confirmation mode)' : ''}`;
+    case 'agent_state_changed':
+      return `agent ${event.data.state}${event.data.reason ? `: ${event.data.reason}` : ''}`;
+    case 'runtime_status':
+      return `runtime ${event.data.status}${event.data.message ? `: ${event.data.message}` : ''}`;
+    case 'change_agent_state':
+      return `user asked for ${event.data.state}`;
+    case 'reconnect_runtime':
+      return 'user asked for a new runtime';
+    case 'agent_error':
+      return `agent error ${event.data.code}: ${event.data.message}`;
+    case 'agent_usage':
+      return `LLM call: ${event.data.prompt_tokens} + ${event.data.completion_tokens} tokens`;
+    case 'timeout':
+      return event.data.message;
+    case 'session_passivated':
+      return `left memory (${event.data.reason})`;
+    case 'session_rehydrated':
+      return `back in memory (from ${event.data.from})`;
+    case 'machine_upgraded':
+      return `machine upgraded ${event.data.from} → ${event.data.to}`;
+    case 'conversation_forked':
+      return `forked from ${event.data.conversation_id.slice(0, 8)} at seq ${event.data.seq}`;
+    case 'session_closed':
+      return `closed: ${event.data.reason}`;
+    case 'message':
+    case 'command':
+    case 'command_output':
+    case 'finish':
+      return event.type;
+  }
+}

@@ -1,0 +1,66 @@
+import { api, ApiError, currentToken, listConversations, setToken } from './api.ts';
+import { openConversation } from './conversationView.ts';
+import { fill, h } from './dom.ts';
+
+const app = document.getElementById('app')!;
+const tokenField = document.getElementById('token') as HTMLInputElement;
+tokenField.value = currentToken();
+tokenField.addEventListener('change', () => {
+  setToken(tokenField.value.trim());
+  location.reload();
+});
+
+const conversation = new URLSearchParams(location.search).get('conversation');
+if (conversation) openConversation(app, conversation);
+else void showList();
+
+/** The user's conversations, newest first, and a button to start one. */
+async function showList(): Promise<void> {
+  const confirmation = h('input', { type: 'checkbox', 'data-testid': 'confirmation-mode' });
+  const start = h('button', { type: 'button', 'data-testid': 'new-conversation' }, 'New conversation');
+  start.addEventListener('click', () => {
+    void api<{ conversation_id: string }>('POST', '/api/conversations', { confirmation_mode: confirmation.checked })
+      .then(({ conversation_id }) => location.assign(`/?conversation=${conversation_id}`))
+      .catch((err: unknown) => fill(message, errorText(err)));
+  });
+  const message = h('div', { class: 'errors', 'data-testid': 'errors' });
+  const list = h('ul', { class: 'list', 'data-testid': 'conversations' });
+  fill(
+    app,
+    h(
+      'div',
+      { class: 'home' },
+      h('h2', {}, 'Conversations'),
+      h('div', { class: 'new' }, start, h('label', {}, confirmation, ' confirmation mode')),
+      message,
+      list,
+    ),
+  );
+  try {
+    const page = await listConversations();
+    if (page.items.length === 0) list.append(h('li', { class: 'empty' }, 'No conversation yet.'));
+    for (const item of page.items) {
+      list.append(
+        h(
+          'li',
+          {},
+          h(
+            'a',
+            { href: `/?conversation=${item.conversation_id}`, 'data-id': item.conversation_id },
+            item.conversation_id,
+          ),
+          h('span', { class: 'badge', 'data-state': item.state }, item.state),
+          h('span', { class: 'meta' }, `${item.created_at} · ${item.last_seq ? `seq ${item.last_seq}` : ''}`),
+        ),
+      );
+    }
+  } catch (err) {
+    fill(message, errorText(err));
+    if (err instanceof ApiError && err.status === 401) tokenField.focus();
+  }
+}
+
+function errorText(err: unknown): string {
+  if (err instanceof ApiError && err.status === 401) return 'A token is required: enter it above.';
+  return err instanceof ApiError ? `${err.code}: ${err.message}` : String(err);
+}

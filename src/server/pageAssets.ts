@@ -1,0 +1,49 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** A file of the page, as served. */
+export interface PageAsset {
+  type: string;
+  body: Buffer;
+}
+
+const TYPES: Record<string, string> = {
+  'index.html': 'text/html; charset=utf-8',
+  'app.js': 'text/javascript; charset=utf-8',
+  'app.js.map': 'application/json; charset=utf-8',
+  'style.css': 'text/css; charset=utf-8',
+};
+
+/** The page loads nothing but its own server's files, and talks to nothing else. */
+export const PAGE_CSP =
+  "default-src 'self'; connect-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'";
+
+/** The package's root: the nearest folder above this module with a package.json (from src/ or dist/src/). */
+function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, 'package.json'))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error('no package.json above the server module');
+    dir = up;
+  }
+  return dir;
+}
+
+/**
+ * The page's built files (dist/page/, made by `npm run build`, `npm start`
+ * and `npm test`), read once. Undefined for a name that is not one of them,
+ * or when the page was not built.
+ */
+export function pageAssets(dir = join(packageRoot(), 'dist', 'page')): (name: string) => PageAsset | undefined {
+  const cache = new Map<string, PageAsset | undefined>();
+  return (name) => {
+    const type = TYPES[name];
+    if (type === undefined) return undefined;
+    if (!cache.has(name)) {
+      const path = join(dir, name);
+      cache.set(name, existsSync(path) ? { type, body: readFileSync(path) } : undefined);
+    }
+    return cache.get(name);
+  };
+}

@@ -1,0 +1,180 @@
+import type { Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { ConversationState, LoggedEvent } from '../../src/protocol/index.ts';
+import { offMachine, openBrowser, type PageSession } from '../support/browser.ts';
+import { http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+
+// The page against a real server (its own nats-server), in Debian's Chromium.
+const TOKEN = 'page-test-token';
+const AGENT_DELAY_MS = 700;
+const UI_MS = 15_000;
+
+let server: ServerProcess;
+let browser: PageSession;
+let page: Page;
+
+beforeAll(async () => {
+  [server, browser] = await Promise.all([
+    startServer({ env: { TETHER_TOKENS: `${TOKEN}:ada`, TETHER_AGENT_DELAY_MS: String(AGENT_DELAY_MS) } }),
+    openBrowser(),
+  ]);
+  page = browser.page;
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/** What the page may log as an error: the 401s before a token is given, reconnects while offline. */
+const EXPECTED_ERRORS = /status of 401|WebSocket connection to .* net::ERR_INTERNET_DISCONNECTED/;
+
+afterEach(() => {
+  // Nothing the page asked for left the machine, and it logged no other error.
+  const requests = browser.requests.splice(0);
+  const errors = browser.pageErrors.splice(0);
+  expect(offMachine(requests)).toEqual([]);
+  expect(requests.length).toBeGreaterThan(0);
+  expect(errors.filter((e) => !EXPECTED_ERRORS.test(e))).toEqual([]);
+});
+
+const byTest = (id: string) => page.getByTestId(id);
+async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const res = await http<T>(server.baseUrl, method, path, body, TOKEN);
+  if (res.status >= 300) throw new Error(`${method} ${path} answered ${res.status}: ${res.text}`);
+  return res.body;
+}
+
+/** The conversation the page shows (from its URL). */
+const shownId = () => new URL(page.url()).searchParams.get('conversation')!;
+
+/** The statechart's highlighted leaf states. */
+const leaves = () =>
+  page.locator('.diagram .state.leaf').evaluateAll((els) => els.map((e) => e.getAttribute('data-state')));
+
+async function newConversation(options: { confirmation?: boolean } = {}): Promise<string> {
+  await page.goto(`${server.baseUrl}/?token=${TOKEN}`);
+  if (options.confirmation) await byTest('confirmation-mode').check();
+  await byTest('new-conversation').click();
+  await page.waitForURL(/conversation=/);
+  await expect.poll(() => byTest('agent-state').textContent(), { timeout: UI_MS }).toBe('awaiting_user_input');
+  return shownId();
+}
+
+async function say(text: string): Promise<void> {
+  await byTest('input').fill(text);
+  await byTest('send').click();
+}
+
+describe('the page', () => {
+  it('asks for the token, then lists the user’s conversations and starts one', async () => {
+    await page.goto(`${server.baseUrl}/`);
+    await page.evaluate(() => localStorage.clear());
+    await page.reload();
+    await expect.poll(() => byTest('errors').textContent(), { timeout: UI_MS }).toMatch(/token is required/);
+    await page.locator('#token').fill(TOKEN);
+    // The token is kept, and the page reloads with it.
+    await Promise.all([page.waitForEvent('load'), page.locator('#token').dispatchEvent('change')]);
+    await byTest('new-conversation').click();
+    await page.waitForURL(/conversation=/);
+    const id = shownId();
+    await expect.poll(() => byTest('agent-state').textContent(), { timeout: UI_MS }).toBe('awaiting_user_input');
+    await page.goto(`${server.baseUrl}/`);
+    await expect.poll(() => page.locator(`[data-id="${id}"]`).count(), { timeout: UI_MS }).toBe(1);
+    expect(await api<{ user: string }>('GET', `/api/conversations/${id}`)).toMatchObject({ user: 'ada' });
+  });
+
+  it('sends a message, shows the reply, and the highlighted state goes to running and back', async () => {
+    const id = await newConversation();
+    await say('hello there');
+    await expect.poll(leaves, { timeout: UI_MS }).toEqual(['active.running.thinking']);
+    expect(await byTest('agent-state').textContent()).toBe('running');
+    await expect
+      .poll(() => page.locator('.chat .msg.agent').last().textContent(), { timeout: UI_MS })
+      .toContain('hello there');
+    await expect.poll(leaves, { timeout: UI_MS }).toEqual(['active.awaiting_user_input']);
+    expect(await byTest('agent-state').textContent()).toBe('awaiting_user_input');
+    // The chat holds each stored event once, as the log has them.
+    const stored = (await api<{ items: LoggedEvent[] }>('GET', `/api/conversations/${id}/events?limit=1000`)).items;
+    const shown = await page
+      .locator('.chat [data-seq]')
+      .evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-seq'))));
+    expect(shown).toEqual(stored.map((l) => l.seq));
+  });
+
+  it('scrubs to an earlier event and shows the state there, as the server folds it; forks there and opens the fork', async () => {
+    const parent = await newConversation();
+    await say('first');
+    await expect.poll(() => page.locator('.chat .msg.agent').count(), { timeout: UI_MS }).toBe(1);
+    await say('second');
+    await expect.poll(() => page.locator('.chat .msg.agent').count(), { timeout: UI_MS }).toBe(2);
+    await expect.poll(leaves, { timeout: UI_MS }).toEqual(['active.awaiting_user_input']);
+    const events = (await api<{ items: LoggedEvent[] }>('GET', `/api/conversations/${parent}/events?limit=1000`)).items;
+    // The user's first message: the agent starts thinking.
+    const first = events.find((l) => l.event.type === 'message' && l.event.source === 'user')!;
+    await page.locator(`.timeline button[data-seq="${first.seq}"]`).click();
+    const server = await api<ConversationState>('GET', `/api/conversations/${parent}/state?at_seq=${first.seq}`);
+    expect(server).toMatchObject({ state: 'running', transition: { to: ['active.running.thinking'] } });
+    expect(await byTest('inspected-state').textContent()).toBe(server.state);
+    expect(await byTest('inspected-transition').textContent()).toBe(
+      `${server.transition!.from.join(', ')} → ${server.transition!.to.join(', ')}`,
+    );
+    expect(await leaves()).toEqual(['active.running.thinking']);
+    expect(JSON.parse((await byTest('inspected-context').textContent())!)).toEqual(server.context);
+    expect(await byTest('context-diff').textContent()).toContain('stepCause');
+    // Back to live, then to the same point again, and fork there.
+    await byTest('live').click();
+    await expect.poll(leaves).toEqual(['active.awaiting_user_input']);
+    await page.locator(`.timeline button[data-seq="${first.seq}"]`).click();
+    await byTest('fork').click();
+    await page.waitForURL((url) => url.searchParams.get('conversation') !== parent);
+    const fork = shownId();
+    await expect.poll(() => byTest('lineage').textContent(), { timeout: UI_MS }).toContain(parent.slice(0, 8));
+    // The fork's history: the parent's through the cut, then where it came from; its step is asked again.
+    await expect
+      .poll(() => page.locator('.chat [data-type="conversation_forked"]').count(), { timeout: UI_MS })
+      .toBe(1);
+    expect(await page.locator('.chat .msg.user').allTextContents()).toEqual([expect.stringContaining('first')]);
+    await expect.poll(() => page.locator('.chat .msg.agent').count(), { timeout: UI_MS }).toBe(1);
+    const info = await api<{ forked_from: unknown }>('GET', `/api/conversations/${fork}`);
+    expect(info.forked_from).toEqual({ conversation_id: parent, seq: first.seq });
+  });
+
+  it('shows a risky command waiting for confirmation, with its risk, and runs it once approved', async () => {
+    await newConversation({ confirmation: true });
+    await say('!rm -rf build');
+    await expect.poll(() => byTest('agent-state').textContent(), { timeout: UI_MS }).toBe('awaiting_user_confirmation');
+    expect(await byTest('confirm').isVisible()).toBe(true);
+    expect(await byTest('confirm-command').textContent()).toBe('rm -rf build');
+    expect(await byTest('confirm-risk').textContent()).toBe('high risk');
+    expect(await leaves()).toEqual(['active.awaiting_user_confirmation']);
+    await byTest('approve').click();
+    await expect.poll(() => page.locator('.chat .output').count(), { timeout: UI_MS }).toBe(1);
+    await expect.poll(() => byTest('confirm').isVisible()).toBe(false);
+    await expect.poll(() => byTest('agent-state').textContent(), { timeout: UI_MS }).toBe('awaiting_user_input');
+  });
+
+  it('catches up after its socket drops: what was stored meanwhile appears once, in order', async () => {
+    const id = await newConversation();
+    await browser.context.setOffline(true);
+    await byTest('drop').click();
+    await expect.poll(() => byTest('connection').textContent()).toBe('reconnecting');
+    // Stored while the page is away.
+    await api('POST', `/api/conversations/${id}/actions`, { action: { type: 'message', content: 'while away' } });
+    const stored = async () =>
+      (await api<{ items: LoggedEvent[] }>('GET', `/api/conversations/${id}/events?limit=1000`)).items;
+    await expect
+      .poll(async () => (await stored()).some((l) => l.event.source === 'agent'), { timeout: UI_MS })
+      .toBe(true);
+    expect(await page.locator('.chat .msg').count()).toBe(0);
+    expect(await byTest('connection').textContent()).toBe('reconnecting');
+    await browser.context.setOffline(false);
+    await expect.poll(() => byTest('connection').textContent(), { timeout: UI_MS }).toBe('live');
+    await expect.poll(() => page.locator('.chat .msg.agent').count(), { timeout: UI_MS }).toBe(1);
+    await expect.poll(leaves, { timeout: UI_MS }).toEqual(['active.awaiting_user_input']);
+    const shown = await page
+      .locator('.chat [data-seq]')
+      .evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-seq'))));
+    expect(shown).toEqual((await stored()).map((l) => l.seq));
+  });
+});
