@@ -5,6 +5,9 @@ import { fill, h } from './dom.ts';
 const app = document.getElementById('app')!;
 const tokenField = document.getElementById('token') as HTMLInputElement;
 tokenField.value = currentToken();
+/** The token field: shown once a token is in use, or when the server asks for one. */
+const showTokenField = () => (tokenField.parentElement!.hidden = false);
+if (tokenField.value) showTokenField();
 tokenField.addEventListener('change', () => {
   setToken(tokenField.value.trim());
   location.reload();
@@ -56,7 +59,10 @@ async function showList(): Promise<void> {
     }
   } catch (err) {
     fill(message, errorText(err));
-    if (err instanceof ApiError && err.status === 401) tokenField.focus();
+    if (err instanceof ApiError && err.status === 401) {
+      showTokenField();
+      tokenField.focus();
+    }
   }
 }
 

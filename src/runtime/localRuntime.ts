@@ -1,6 +1,6 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { cp, mkdir } from 'node:fs/promises';
+import { cp, mkdir, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { ConversationId } from '../protocol/index.ts';
@@ -374,6 +374,9 @@ export function localRuntimeProvider(options: LocalRuntimeProviderOptions): Runt
       // A parent that never started a runtime has no workspace yet: nor has the fork.
       if (!existsSync(source)) return;
       await cp(source, target, { recursive: true, errorOnExist: true, force: false, verbatimSymlinks: true });
+    },
+    async removeWorkspace(conversationId: string): Promise<void> {
+      await rm(workspaceOf(conversationId), { recursive: true, force: true });
     },
     create(conversationId: string, runtimeOptions: RuntimeOptions = {}): LocalRuntime {
       return new LocalRuntime(conversationId, {

@@ -53,4 +53,6 @@ export interface RuntimeProvider {
    * the parent's history. Absent: runtimes without files.
    */
   copyWorkspace?(from: string, to: string): Promise<void>;
+  /** Removes the workspace of a conversation that was never answered (half a fork or a creation). */
+  removeWorkspace?(conversationId: string): Promise<void>;
 }

@@ -101,7 +101,7 @@ export class SessionManager {
         this.#live.set(session.conversationId, session);
         this.feed.refresh(session.conversationId);
       },
-      purge: (id, user) => this.#purge(id, user),
+      purge: (id, user) => this.#purge(id, user, true),
     });
     this.#rehydrations = pLimit(this.limits.rehydrateConcurrency);
     this.#policy = new PassivationPolicy(
@@ -126,7 +126,7 @@ export class SessionManager {
         ownership: this.#ownership,
         logger: this.#logger,
         concurrency: this.limits.rehydrateConcurrency,
-        purge: (id, user) => this.#purge(id, user),
+        purge: (id, user, unanswered) => this.#purge(id, user, unanswered),
       },
     );
     this.#router = new ClusterRouter(
@@ -366,8 +366,14 @@ export class SessionManager {
     await this.#purge(conversationId, user);
   }
 
-  /** Removes everything kept of a conversation: events, snapshot, checkpoints, record and marker, secrets, owner record. */
-  async #purge(conversationId: string, user: string): Promise<void> {
+  /**
+   * Removes everything kept of a conversation: events, snapshot, checkpoints,
+   * record and marker, secrets, owner record; and its workspace when it was
+   * never answered (`unanswered`: half a fork or a creation; a deleted
+   * conversation's workspace stays).
+   */
+  async #purge(conversationId: string, user: string, unanswered = false): Promise<void> {
+    if (unanswered) await this.#deps.runtimes.removeWorkspace?.(conversationId);
     await this.#deps.log.purge(conversationId);
     await this.#deps.snapshots.delete(conversationId);
     await this.#checkpoints.purge(conversationId);

@@ -21,8 +21,8 @@ export interface RecoveryDeps {
   logger: Logger;
   /** Markers looked at once. */
   concurrency: number;
-  /** Removes what is kept of a conversation that has no record: half a creation or a fork. */
-  purge: (conversationId: string, user: string) => Promise<void>;
+  /** Removes what is kept of a conversation that has no record; `unanswered`: half a creation or a fork (its workspace goes too). */
+  purge: (conversationId: string, user: string, unanswered: boolean) => Promise<void>;
 }
 
 /**
@@ -121,14 +121,15 @@ export async function recoverMarker(
   marker: WorkMarker,
   conversations: ConversationStore,
   log: EventLog,
-  purge: (conversationId: string, user: string) => Promise<void>,
+  purge: (conversationId: string, user: string, unanswered: boolean) => Promise<void>,
 ): Promise<ConversationEntry | undefined> {
   const id = marker.conversation_id;
   const entry = await conversations.get(marker.user, id);
   if (!entry) {
-    // No record: a delete that removed it but not yet the marker, or a creation or a fork cut off
-    // before its record was written (never listed, never answered): what it stored goes.
-    await purge(id, marker.user);
+    // No record: a delete that removed it but not yet the marker (its events were purged first),
+    // or a creation or a fork cut off before its record was written (never listed, never
+    // answered): what it stored goes, and, for the latter, its workspace.
+    await purge(id, marker.user, (await log.lastSeq(id)) > 0);
     return undefined;
   }
   let state = entry.state;

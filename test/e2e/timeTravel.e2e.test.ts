@@ -375,7 +375,10 @@ describe('a fork over HTTP', () => {
       );
       expect({ at, status: res.status, code: res.body?.error?.code }).toEqual({ at, status, code });
     }
-    expect((await api(server, 'POST', `/api/conversations/${parent}/fork`, { at_seq: 0 })).status).toBe(400);
+    const zero = await api<{ error: { code: string } }>(server, 'POST', `/api/conversations/${parent}/fork`, {
+      at_seq: 0,
+    });
+    expect({ status: zero.status, code: zero.body?.error?.code }).toEqual({ status: 400, code: 'BAD_SEQ' });
     expect(new Set(await listed(server))).toEqual(new Set([parent, other]));
 
     const forked = await api<{ conversation_id: string }>(server, 'POST', `/api/conversations/${parent}/fork`, {
@@ -486,8 +489,10 @@ describe('a fork killed half-way', () => {
     expect(forking, 'the fork was never answered').toBeInstanceOf(Error);
     expect(exit.signal).toBe('SIGKILL');
     const fork = forkSubject!.split('.')[2]!;
-    // Its secret was kept before its first copy.
+    // Its secret was kept, and the parent's workspace copied, before its first copy.
     expect((await secrets.get(fork))?.operation).toBe('PUT');
+    const forkWorkspace = join(dataDir, 'workspaces', fork);
+    expect(existsSync(forkWorkspace)).toBe(true);
 
     // Really half-way: some copies stored, not all of them.
     const copied = await storedEvents(fork);
@@ -509,6 +514,8 @@ describe('a fork killed half-way', () => {
       });
     }
     expect(await checkpointSeqs(fork)).toEqual([]);
+    // Nothing can reach its workspace: gone too (a deleted conversation's stays).
+    expect(existsSync(forkWorkspace)).toBe(false);
     const secret = await secrets.get(fork);
     expect(secret === null || secret.operation !== 'PUT', 'the fork’s secret forgotten').toBe(true);
     // The parent is as it was.

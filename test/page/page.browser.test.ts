@@ -72,6 +72,8 @@ describe('the page', () => {
     await page.evaluate(() => localStorage.clear());
     await page.reload();
     await expect.poll(() => byTest('errors').textContent(), { timeout: UI_MS }).toMatch(/token is required/);
+    // The field shows when the server asks for a token.
+    expect(await page.locator('#token').isVisible()).toBe(true);
     await page.locator('#token').fill(TOKEN);
     // The token is kept, and the page reloads with it.
     await Promise.all([page.waitForEvent('load'), page.locator('#token').dispatchEvent('change')]);
