@@ -74,3 +74,22 @@ export const REHYDRATE_BUCKETS: Bucket[] = [
   { label: 'loadSessionState, rest (history copy, last state fact)', test: onStack('loadSessionState') },
   ...COMMON_TAIL,
 ];
+
+export const SEEK_BUCKETS: Bucket[] = [
+  {
+    label: 'checkpoint lookup (`KvCheckpointStore.before`: stream info with subjects_filter, KV get, JSON.parse)',
+    test: inFile('src/store/kvCheckpointStore'),
+  },
+  {
+    label: 'log read (`JetStreamEventLog.read`: direct get of the last seq, ordered consumer, JSON.parse)',
+    test: inFile('src/store/jetStreamEventLog'),
+  },
+  {
+    label: 'fold (`stateAt`, `foldEvents`, the checkpoint restored)',
+    test: (s) => inFile('/machines/')(s) || onStack('restore', 'src/session/loadSession')(s),
+  },
+  { label: 'index entry (`KvConversationStore.get`)', test: inFile('src/store/kvConversationStore') },
+  { label: 'nats.js (requests, receive path, consumers)', test: inFile('@nats-io') },
+  { label: 'Tether code, rest', test: inFile('/src/') },
+  ...COMMON_TAIL,
+];

@@ -19,6 +19,7 @@ import {
   natsStatusChannel,
   memorySnapshotStore,
   subjectFor,
+  type EventLog,
   type JetStreamEventLog,
   type KvSnapshotStore,
   type NatsConnection,
@@ -114,9 +115,12 @@ export async function rehydrateFixture(
   }
 }
 
-/** Creates the conversation and chats, one round at a time, until passivation will make it `events` long. */
-async function chat(manager: SessionManager, log: JetStreamEventLog, events: number): Promise<string> {
-  const { conversation_id: id } = await manager.create(USER, CreateConversationBody.parse({ max_iterations: 10_000 }));
+/**
+ * Creates a conversation of `user` and chats, one round at a time, until
+ * passivation will make it `events` long (the time-travel step builds its own the same way).
+ */
+export async function chat(manager: SessionManager, log: EventLog, events: number, user = USER): Promise<string> {
+  const { conversation_id: id } = await manager.create(user, CreateConversationBody.parse({ max_iterations: 10_000 }));
   let idle = -1;
   let wake: (() => void) | null = null;
   const unsubscribe = await manager.subscribe(id, {
@@ -141,7 +145,7 @@ async function chat(manager: SessionManager, log: JetStreamEventLog, events: num
     for (let round = 0; round < rounds; round++) {
       const before = idle;
       const answered = new Promise<void>((resolve) => (wake = () => idle > before && resolve()));
-      await manager.act(id, USER, { type: 'message', content: messageText(0, round) });
+      await manager.act(id, user, { type: 'message', content: messageText(0, round) });
       if (idle <= before) await answered;
     }
     return id;

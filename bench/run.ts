@@ -7,8 +7,10 @@
 // step in a long conversation against a short one (i), failover in a cluster
 // of three nodes on a 3-node NATS cluster, against the lease (j), and on such a
 // cluster delivery to a non-owner node against the owner (k) and throughput on
-// three nodes against one (l). Writes bench/RESULTS.md and prints
-// the table. Exits 1 on any error or timeout; a missed target is
+// three nodes against one (l), and on a 10,000-event conversation the state at
+// a past event from the nearest checkpoint against a full fold (m) and forks
+// of 100 to 10,000 events against appending them (n). Writes bench/RESULTS.md
+// and prints the table. Exits 1 on any error or timeout; a missed target is
 // reported (and profiled), not an error.
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -30,6 +32,7 @@ import { progress } from './measure.ts';
 import { measureRead } from './readRows.ts';
 import { measureRehydrate } from './rehydrateRows.ts';
 import { measureResume } from './resumeRows.ts';
+import { measureTimeTravel } from './timeTravelRows.ts';
 import {
   codeVersion,
   commandLine,
@@ -56,6 +59,7 @@ const STEPS: ReadonlyArray<{ name: string; measure: Measure }> = [
   { name: 'agentstep', measure: async (ctx) => measureAgentStep(ctx) },
   { name: 'failover', measure: async (ctx) => measureFailover(ctx) },
   { name: 'cluster', measure: async (ctx) => measureCluster(ctx) },
+  { name: 'timetravel', measure: measureTimeTravel },
 ];
 // `--only=append,resume` runs those steps and prints their rows without writing RESULTS.md.
 const only = process.argv
