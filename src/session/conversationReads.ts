@@ -126,6 +126,8 @@ export class ConversationReads {
    */
   async stateAt(conversationId: string, user: string, atSeq?: number): Promise<ConversationState> {
     await this.owned(conversationId, user);
+    if (atSeq !== undefined && !(Number.isSafeInteger(atSeq) && atSeq >= 1))
+      throw new BadSeqError(conversationId, atSeq);
     const seq = atSeq ?? (await this.#deps.log.lastSeq(conversationId));
     if (seq === 0) throw new ConversationNotFoundError(conversationId);
     const { events, start } = await this.eventsUpTo(conversationId, seq);
@@ -147,7 +149,8 @@ export class ConversationReads {
     const start = checkpoint && snapshot ? { seq: checkpoint.seq, snapshot } : undefined;
     const events: LoggedEvent[] = [];
     for (let afterSeq = start?.seq ?? 0; ;) {
-      const page = await this.#deps.log.read(conversationId, { afterSeq, limit: SEEK_PAGE });
+      // No more of its events than stream sequences lie between: a page never reads far past `seq`.
+      const page = await this.#deps.log.read(conversationId, { afterSeq, limit: Math.min(SEEK_PAGE, seq - afterSeq) });
       for (const item of page.items) {
         if (item.seq > seq) return { events, ...(start && { start }) };
         events.push(item);

@@ -115,9 +115,10 @@ export class ConversationForks {
 
   /** The parent's events through `atSeq` as the fork's (its conversation id), or BadSeqError. */
   async #parentEvents(parentId: string, atSeq: number, id: string): Promise<StoredEvent[]> {
+    if (!(Number.isSafeInteger(atSeq) && atSeq >= 1)) throw new BadSeqError(parentId, atSeq);
     const read: LoggedEvent[] = [];
     for (let afterSeq = 0; ;) {
-      const page = await this.#deps.log.read(parentId, { afterSeq, limit: COPY_PAGE });
+      const page = await this.#deps.log.read(parentId, { afterSeq, limit: Math.min(COPY_PAGE, atSeq - afterSeq) });
       for (const item of page.items) if (item.seq <= atSeq) read.push(item);
       const last = page.items.at(-1);
       if (!page.hasMore || last === undefined || last.seq >= atSeq) break;
