@@ -81,8 +81,8 @@ export const ClusterQuery = z.object({ conversation: ConversationId.optional() }
 export const StateQuery = z.object({ at_seq: z.string().optional() });
 
 /** `POST /api/conversations/:id/fork`. */
-// Any whole number: one that is not one of the parent's events is a BAD_SEQ, as for GET .../state.
-export const ForkBody = z.object({ at_seq: z.number().int() }).strict();
+// Any number (not a number: BAD_REQUEST); one that is not one of the parent's events is a BAD_SEQ, as for GET .../state.
+export const ForkBody = z.object({ at_seq: z.number() }).strict();
 export type ForkBody = z.infer<typeof ForkBody>;
 
 /**

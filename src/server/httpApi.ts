@@ -15,6 +15,7 @@ import {
 import { BadSeqError, type SessionManager } from '../session/index.ts';
 import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
+import { foreignOrigin } from './origin.ts';
 import { PAGE_CSP, type PageAsset } from './pageAssets.ts';
 
 export interface HttpApiOptions {
@@ -171,6 +172,9 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         const err = matches.length > 0 ? ['METHOD_NOT_ALLOWED', 405] : ['NOT_FOUND', 404];
         throw new BadRequestError(err[0] as string, `no route for ${req.method} ${url.pathname}`, err[1] as number);
       }
+      // Another site's page may read nothing and change nothing here (its GETs are refused by CORS).
+      if (req.method !== 'GET' && req.method !== 'HEAD' && foreignOrigin(req))
+        throw new BadRequestError('FOREIGN_ORIGIN', `requests from ${req.headers.origin} are refused`, 403);
       // Health checks and metrics answer without a token, so load balancers, orchestrators and scrapers can probe.
       const user = PUBLIC_PATHS.has(url.pathname) ? 'anonymous' : await options.authenticate(req, url);
       if (user === null) throw new BadRequestError('UNAUTHENTICATED', 'a valid token is required', 401);
@@ -211,6 +215,8 @@ function sendAsset(res: ServerResponse, asset: PageAsset): void {
     'content-length': asset.body.length,
     'content-security-policy': PAGE_CSP,
     'x-content-type-options': 'nosniff',
+    // Tokens may travel in the page's URL (`?token=`): never in a Referer.
+    'referrer-policy': 'no-referrer',
     'cache-control': 'no-cache',
   });
   res.end(asset.body);

@@ -17,7 +17,8 @@ const TYPES: Record<string, string> = {
 
 /** The page loads nothing but its own server's files, and talks to nothing else. */
 export const PAGE_CSP =
-  "default-src 'self'; connect-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'";
+  "default-src 'self'; connect-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+  "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /** The package's root: the nearest folder above this module with a package.json (from src/ or dist/src/). */
 function packageRoot(): string {
@@ -36,14 +37,12 @@ function packageRoot(): string {
  * or when the page was not built.
  */
 export function pageAssets(dir = join(packageRoot(), 'dist', 'page')): (name: string) => PageAsset | undefined {
-  const cache = new Map<string, PageAsset | undefined>();
+  const cache = new Map<string, PageAsset>();
   return (name) => {
     const type = TYPES[name];
     if (type === undefined) return undefined;
-    if (!cache.has(name)) {
-      const path = join(dir, name);
-      cache.set(name, existsSync(path) ? { type, body: readFileSync(path) } : undefined);
-    }
+    // A file not built yet is looked for again at the next request (a build may come after the start).
+    if (!cache.has(name) && existsSync(join(dir, name))) cache.set(name, { type, body: readFileSync(join(dir, name)) });
     return cache.get(name);
   };
 }

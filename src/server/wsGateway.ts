@@ -4,6 +4,7 @@ import { WebSocketServer, type ServerOptions, type WebSocket } from 'ws';
 import { errorFields, type Logger } from '../logger.ts';
 import { ConversationId } from '../protocol/index.ts';
 import { ConversationNotFoundError, type SessionManager } from '../session/index.ts';
+import { foreignOrigin } from './origin.ts';
 import type { Authenticate } from './auth.ts';
 import { ClientConnection, CLOSE } from './clientConnection.ts';
 
@@ -77,6 +78,10 @@ export class WsGateway {
     const url = new URL(req.url ?? '/', 'http://localhost');
     if (url.pathname !== '/ws') {
       socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n');
+      return;
+    }
+    if (foreignOrigin(req)) {
+      socket.end('HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n');
       return;
     }
     this.#wss.handleUpgrade(req, socket, head, (ws) => {

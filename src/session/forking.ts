@@ -8,7 +8,13 @@ import {
 import { errorFields, type Logger } from '../logger.ts';
 import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
-import type { CheckpointStore, ConversationEntry, ConversationStore, EventLog } from '../store/index.ts';
+import {
+  StoreUnavailableError,
+  type CheckpointStore,
+  type ConversationEntry,
+  type ConversationStore,
+  type EventLog,
+} from '../store/index.ts';
 import type { ConversationReads } from './conversationReads.ts';
 import { BadSeqError, IllegalTransitionError } from './errors.ts';
 import { lastRecordedState } from './loadSession.ts';
@@ -99,6 +105,7 @@ export class ConversationForks {
         },
         { conversationId: parentId, seq: atSeq },
       );
+      await recordWritten(deps.conversations, user, session);
       deps.adopt(session);
       return { conversation_id: id };
     } catch (err) {
@@ -152,10 +159,12 @@ export class ConversationForks {
     const { log, checkpoints } = this.#deps;
     let lastSeq = 0;
     const writes: Promise<void>[] = [];
-    for (const [i, event] of events.entries()) {
-      lastSeq = (await log.append(event, { expectedLastSeq: lastSeq })).seq;
-      const snapshot = at.get(i);
-      if (snapshot)
+    let settled: PromiseSettledResult<void>[];
+    try {
+      for (const [i, event] of events.entries()) {
+        lastSeq = (await log.append(event, { expectedLastSeq: lastSeq })).seq;
+        const snapshot = at.get(i);
+        if (!snapshot) continue;
         writes.push(
           checkpoints.put({
             conversation_id: event.conversation_id,
@@ -165,8 +174,25 @@ export class ConversationForks {
             snapshot: sessionMachine.getPersistedSnapshot(snapshot),
           }),
         );
+      }
+    } finally {
+      // Every write done or failed before the caller goes on: a purge after a failure finds them all.
+      settled = await Promise.allSettled(writes);
     }
-    await Promise.all(writes);
+    const failed = settled.find((result) => result.status === 'rejected');
+    if (failed) throw failed.reason;
     return lastSeq;
   }
+}
+
+/**
+ * A new conversation (created or forked) exists for its user once its record
+ * is written: its first decision writes it, but a failure there is only
+ * logged. Without it nothing could reach the conversation and recovery would
+ * purge it, so it is answered as a failure instead (the caller purges it).
+ */
+export async function recordWritten(conversations: ConversationStore, user: string, session: Session): Promise<void> {
+  if (await conversations.get(user, session.conversationId)) return;
+  await session.close('its record was not written');
+  throw new StoreUnavailableError(`the record of conversation ${session.conversationId} was not written`);
 }

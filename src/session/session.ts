@@ -74,6 +74,8 @@ export class Session {
   #snapshot: SessionSnapshot | undefined;
   #mailbox: Promise<unknown> = Promise.resolve();
   #closed: string | null = null;
+  /** Snapshot and checkpoint writes under way: closing waits for them, so a purge after it finds them all. */
+  readonly #writes = new Set<Promise<void>>();
 
   private constructor(conversationId: string, deps: SessionDeps, restored?: RestoredState) {
     this.conversationId = conversationId;
@@ -253,6 +255,7 @@ export class Session {
     this.#markClosed(reason);
     await this.#mailbox;
     await this.#effects.stop(reason);
+    await Promise.allSettled(this.#writes);
   }
 
   async #end(reason: string): Promise<void> {
@@ -331,16 +334,23 @@ export class Session {
 
   /** Writes a periodic snapshot; an ended conversation (about to be purged) gets none. */
   #snapshotLater(): void {
-    void this.#writeSnapshot().catch((err) => this.#log.warn('snapshot failed', err));
+    this.#track(this.#writeSnapshot().catch((err) => this.#log.warn('snapshot failed', err)));
   }
 
   /** Writes a checkpoint of the state just applied; an ended conversation (about to be purged) gets none. */
   #checkpointLater(): void {
     const snapshot = this.#snapshot;
     if (snapshot?.status !== 'active') return;
-    void this.#log
-      .writeCheckpoint(sessionMachine.getPersistedSnapshot(snapshot))
-      .catch((err) => this.#log.warn('checkpoint failed', err));
+    this.#track(
+      this.#log
+        .writeCheckpoint(sessionMachine.getPersistedSnapshot(snapshot))
+        .catch((err) => this.#log.warn('checkpoint failed', err)),
+    );
+  }
+
+  #track(write: Promise<void>): void {
+    this.#writes.add(write);
+    void write.finally(() => this.#writes.delete(write));
   }
 
   async #writeSnapshot(): Promise<void> {

@@ -22,7 +22,7 @@ import {
 } from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
-import { ConversationForks } from './forking.ts';
+import { ConversationForks, recordWritten } from './forking.ts';
 import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
 import { ClusterRouter } from './clusterRouter.ts';
 import { NotOwnerError, type ForwardRequest } from './forwarding.ts';
@@ -100,6 +100,8 @@ export class SessionManager {
       adopt: (session) => {
         this.#live.set(session.conversationId, session);
         this.feed.refresh(session.conversationId);
+        // Copied while the node began to drain: it leaves with the others.
+        if (this.#draining) void this.passivate(session.conversationId, 'shutdown');
       },
       purge: (id, user) => this.#purge(id, user, true),
     });
@@ -184,7 +186,15 @@ export class SessionManager {
       replay: body.replay !== undefined,
       ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
       start_timeout_ms: this.limits.startTimeoutMs,
-    }).finally(() => this.#creating.delete(conversationId));
+    });
+    try {
+      await recordWritten(this.#deps.conversations, user, session);
+    } catch (err) {
+      await this.#purge(conversationId, user, true).catch(() => undefined);
+      throw err;
+    } finally {
+      this.#creating.delete(conversationId);
+    }
     this.#live.set(conversationId, session);
     this.feed.refresh(conversationId);
     if (body.initial_message !== undefined) {
