@@ -1,13 +1,23 @@
 import { errors, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, type Consumer, type JetStreamClient, type OrderedConsumerOptions } from '@nats-io/jetstream';
+import { firstAnswer, type AttemptSchedule } from './firstAnswer.ts';
 
 // nats-server 2.9 places a new consumer of a replicated stream on one of the stream's
 // servers, and learns late that one is gone: a consumer placed on a killed server is
 // never made, and its creation waits out the request's timeout (a third of creations
 // for a minute and more after a kill -9; all of them for the few seconds the stream
-// elects a new leader). Short waits first, each attempt placed anew, then longer ones
-// (a busy but live server gets its time): 23 s in all, as the 5 s default did 5 times.
-const CREATE_TIMEOUTS_MS = [1_000, 1_000, 1_000, 2_000, 2_000, 4_000, 4_000, 8_000];
+// elects a new leader). Each attempt is placed anew, so one starts every second while
+// those before still wait, and their waits grow (a busy but live server gets its time).
+// Attempts that each waited for the one before to time out had grown to 4 and 8 s by
+// the time the stream had a leader again: one or two lost on the killed server kept
+// a node's live feed, or a rehydration's read, waiting up to 24 s when a new attempt
+// would have been answered at once. The last starts after 15 s and ends by 23 s, as
+// the 5 s default did 5 times.
+const CREATION: AttemptSchedule = {
+  everyMs: 1_000,
+  timeoutsMs: [1_000, 1_000, 1_000, 2_000, 2_000, 4_000, 4_000, 8_000],
+  attempts: 16,
+};
 
 function isTimeout(err: unknown): boolean {
   return (
@@ -16,27 +26,37 @@ function isTimeout(err: unknown): boolean {
   );
 }
 
-/** Makes the ordered consumers every read uses, again when one's creation times out. */
+/** Makes the ordered consumers every read uses, with overlapping attempts while creations time out. */
 export class OrderedConsumers {
-  readonly #clients: JetStreamClient[];
+  readonly #nc: NatsConnection;
+  /** One client per attempt timeout. */
+  readonly #clients = new Map<number, JetStreamClient>();
 
   constructor(nc: NatsConnection) {
-    this.#clients = CREATE_TIMEOUTS_MS.map((timeout) => jetstream(nc, { timeout }));
+    this.#nc = nc;
   }
 
-  /** `cancelled` is asked between attempts: a follow that stops does not wait out the rest. */
-  async get(stream: string, options: Partial<OrderedConsumerOptions>, cancelled = () => false): Promise<Consumer> {
-    let last: unknown;
-    for (const js of this.#clients) {
-      if (cancelled() && last !== undefined) break;
-      try {
-        // A copy: nats.js writes its name prefix into the options it is given.
-        return await js.consumers.get(stream, { ...options });
-      } catch (err) {
-        if (!isTimeout(err)) throw err;
-        last = err;
-      }
+  /** `cancelled` is asked before each attempt after the first: a follow that stops does not wait out the rest. */
+  get(stream: string, options: Partial<OrderedConsumerOptions>, cancelled = () => false): Promise<Consumer> {
+    return firstAnswer(
+      // A copy: nats.js writes its name prefix into the options it is given.
+      (timeoutMs) => this.#client(timeoutMs).consumers.get(stream, { ...options }),
+      CREATION,
+      {
+        lost: isTimeout,
+        // A creation answered after another: made on the server, used by nobody.
+        drop: (late) => void late.delete().catch(() => undefined),
+        cancelled,
+      },
+    );
+  }
+
+  #client(timeoutMs: number): JetStreamClient {
+    let js = this.#clients.get(timeoutMs);
+    if (!js) {
+      js = jetstream(this.#nc, { timeout: timeoutMs });
+      this.#clients.set(timeoutMs, js);
     }
-    throw last;
+    return js;
   }
 }

@@ -30,6 +30,8 @@ import type { WsClient } from '../support/wsClient.ts';
 // kill -9 of the nats-server that Tether node `a` is connected to, on a
 // 3-node NATS cluster whose stream and buckets keep 3 replicas, while 20 ws
 // clients chat through nodes `a` and `b`. The server stays down until the end.
+// It leads the event stream when killed: the stream elects a new leader while `a`
+// moves and opens its live feed again (the case a CI run failed on).
 const NODES = ['a', 'b'] as const;
 type NodeName = (typeof NODES)[number];
 const LEASE_MS = 2_000;
@@ -49,6 +51,9 @@ const SETTLE_TIMEOUT_MS = 30_000;
 const DELIVERY_TIMEOUT_MS = 10_000;
 /** The restarted server's replicas catching up (2-7 s here, see natsCluster.cluster.test.ts). */
 const CATCH_UP_TIMEOUT_MS = 15_000;
+/** Moving the event stream's leader to the server to kill, one step-down at a time. */
+const LEAD_TIMEOUT_MS = 15_000;
+const EVENTS_STREAM = 'TETHER_EVENTS';
 const CHATTER = { paceMs: { min: 50, max: 150 }, attemptTimeoutMs: 5_000, retryWaitMs: 250 };
 
 let nats: NatsCluster;
@@ -137,12 +142,14 @@ describe('kill -9 of the nats-server a node is connected to, under 20 chatting w
     expect(await Promise.all(chatters.map((c) => c.open()))).toEqual(chatters.map(() => true));
     const victim = await untilConnected('a', 5_000);
     const serverOfB = await untilConnected('b', 5_000);
+    await leadOn(victim, EVENTS_STREAM);
     expect(await readyz('a')).toBe(200);
 
     const probe = new ReadyzProbe(node('a').baseUrl, 50);
     const runs = chatters.map((c) => c.run());
     await sleep(BEFORE_KILL_MS);
     const inFlightAtKill = chatters.filter((c) => c.actions.at(-1)?.ack === undefined).length;
+    const ledByVictim = await streamsLedBy(victim);
     await nats.kill(victim.name);
     const killedAt = Date.now();
     mark(`killed ${victim.name} (b on ${serverOfB.name})`);
@@ -182,6 +189,7 @@ describe('kill -9 of the nats-server a node is connected to, under 20 chatting w
         victim: victim.name,
         a_moved_to: movedTo.name,
         b_on: serverOfB.name,
+        led_by_victim: ledByVictim,
         clients: chatters.length,
         in_flight_at_kill: inFlightAtKill,
         acked_before_kill: ackedBeforeKill.reduce((n, k) => n + k, 0),
@@ -291,6 +299,40 @@ async function deliveryProblems(
       problems.push(`${chatter.name}: invalid frames ${JSON.stringify(connection.ws.invalid).slice(0, 300)}`);
   }
   return problems;
+}
+
+/** Steps the stream's leader down until `server` leads it. */
+async function leadOn(server: ClusterServer, stream: string): Promise<void> {
+  const nc = await connectNats(nats.url, { name: 'nats-server-kill-test' });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await eventually(
+      async () => {
+        const leader = (await jsm.streams.info(stream)).cluster?.leader;
+        if (leader === server.name) return true;
+        // Leaderless for a moment after a step-down: ask again once one is elected.
+        if (leader !== undefined) await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, '', { timeout: 5_000 });
+        return undefined;
+      },
+      `${server.name} to lead ${stream}`,
+      LEAD_TIMEOUT_MS,
+    );
+  } finally {
+    await nc.close();
+  }
+}
+
+/** The streams (the event stream and the buckets') that `server` leads. */
+async function streamsLedBy(server: ClusterServer): Promise<string[]> {
+  const nc = await connectNats(nats.url, { name: 'nats-server-kill-test' });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const led: string[] = [];
+    for await (const si of jsm.streams.list()) if (si.cluster?.leader === server.name) led.push(si.config.name);
+    return led.sort();
+  } finally {
+    await nc.close();
+  }
 }
 
 /**
