@@ -2,11 +2,19 @@ import type { ConversationPage } from '../src/protocol/index.ts';
 
 const TOKEN_KEY = 'tether-token';
 
-/** The token: `?token=` first (kept for the next visits), else the one kept, else none. */
+/**
+ * The token: one given as `?token=` is kept (and taken out of the address
+ * bar and the history), so the field can change it later; else none.
+ */
 export function currentToken(): string {
-  const fromUrl = new URLSearchParams(location.search).get('token');
-  if (fromUrl !== null) localStorage.setItem(TOKEN_KEY, fromUrl);
-  return fromUrl ?? localStorage.getItem(TOKEN_KEY) ?? '';
+  const url = new URL(location.href);
+  const fromUrl = url.searchParams.get('token');
+  if (fromUrl !== null) {
+    localStorage.setItem(TOKEN_KEY, fromUrl);
+    url.searchParams.delete('token');
+    history.replaceState(history.state, '', url);
+  }
+  return localStorage.getItem(TOKEN_KEY) ?? '';
 }
 
 export function setToken(token: string): void {

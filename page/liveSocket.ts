@@ -25,6 +25,10 @@ export class LiveSocket {
   #cursor = 0;
   #closed = false;
   #retryMs = 250;
+  /** Whether `sync` came on the current socket. */
+  #synced = false;
+  /** Actions asked for while the socket was down: sent, in order, once it is up again. */
+  readonly #queued: string[] = [];
 
   constructor(conversationId: string, handlers: SocketHandlers) {
     this.#id = conversationId;
@@ -37,8 +41,16 @@ export class LiveSocket {
     return this.#cursor;
   }
 
+  /** Sends an action now, or once the socket is up again (each with its client_id: stored once). */
   send(action: UserAction): void {
-    this.#socket?.send(JSON.stringify({ type: 'user_action', action, client_id: crypto.randomUUID() }));
+    this.#queued.push(JSON.stringify({ type: 'user_action', action, client_id: crypto.randomUUID() }));
+    this.#flush();
+  }
+
+  #flush(): void {
+    const socket = this.#socket;
+    if (!socket || !this.#synced || socket.readyState !== WebSocket.OPEN) return;
+    for (const frame of this.#queued.splice(0)) socket.send(frame);
   }
 
   /** Drops the connection as a network fault would (the page then catches up). */
@@ -58,6 +70,7 @@ export class LiveSocket {
     const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
     const socket = new WebSocket(`${scheme}://${location.host}/ws?${query}`);
     this.#socket = socket;
+    this.#synced = false;
     socket.onmessage = (message) => this.#frame(JSON.parse(String(message.data)) as Frame);
     socket.onclose = (close) => {
       if (this.#socket !== socket) return;
@@ -76,7 +89,9 @@ export class LiveSocket {
     switch (frame.type) {
       case 'sync':
         this.#retryMs = 250;
+        this.#synced = true;
         this.#handlers.connected(true);
+        this.#flush();
         return;
       case 'event':
         if (frame.seq <= this.#cursor) return;

@@ -1,4 +1,5 @@
 import { SignJWT } from 'jose';
+import { WebSocket } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
@@ -109,5 +110,77 @@ describe('auth', () => {
     const client = await WsClient.connect(`${wsUrlFor(server.wsUrl, alices)}&token=${ALICE}`);
     await client.waitFor((f) => f.type === 'sync', { what: 'sync for the owner' });
     await client.close();
+  });
+
+  it('refuses another site: a POST or DELETE, and a WebSocket handshake, whose Origin is not this server’s', async () => {
+    const id = await create(ALICE);
+    const conversations = async () =>
+      (await http<{ items: unknown[] }>(server.baseUrl, 'GET', '/api/conversations', undefined, ALICE)).body.items
+        .length;
+    const before = await conversations();
+    const foreign = { origin: 'https://evil.example', authorization: `Bearer ${ALICE}` };
+    for (const [method, path, body] of [
+      ['POST', '/api/conversations', '{"initial_message":"!touch /tmp/from-another-site"}'],
+      ['POST', `/api/conversations/${id}/actions`, '{"action":{"type":"message","content":"hi"}}'],
+      ['DELETE', `/api/conversations/${id}`, undefined],
+    ] as const) {
+      // A cross-site "simple" request: text/plain, no preflight.
+      const res = await fetch(`${server.baseUrl}${path}`, {
+        method,
+        headers: { ...foreign, 'content-type': 'text/plain' },
+        ...(body !== undefined && { body }),
+      });
+      expect({
+        method,
+        path,
+        status: res.status,
+        code: ((await res.json()) as { error: { code: string } }).error.code,
+      }).toEqual({
+        method,
+        path,
+        status: 403,
+        code: 'FOREIGN_ORIGIN',
+      });
+    }
+    // Nothing was created, stored or deleted.
+    expect(await conversations()).toBe(before);
+    const events = await http<{ items: Array<{ event: unknown }> }>(
+      server.baseUrl,
+      'GET',
+      `/api/conversations/${id}/events`,
+      undefined,
+      ALICE,
+    );
+    expect(events.body.items.map((i) => JSON.stringify(i.event)).filter((e) => e.includes('"hi"'))).toEqual([]);
+    // The handshake of another site's page: refused before it is upgraded.
+    const handshake = await new Promise<number>((resolve) => {
+      const socket = new WebSocket(`${wsUrlFor(server.wsUrl, id)}&token=${ALICE}`, { origin: 'https://evil.example' });
+      socket.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+      socket.on('open', () => {
+        socket.close();
+        resolve(101);
+      });
+      socket.on('error', () => resolve(-1));
+    });
+    expect(handshake).toBe(403);
+    // Its own origin (the page's) is welcome.
+    const own = await fetch(`${server.baseUrl}/api/conversations/${id}/actions`, {
+      method: 'POST',
+      headers: { origin: server.baseUrl, authorization: `Bearer ${ALICE}`, 'content-type': 'application/json' },
+      body: '{"action":{"type":"message","content":"from the page"}}',
+    });
+    expect(own.status).toBe(202);
+  });
+
+  it('serves the page without a token, with a CSP of its own origin, and nothing else under /page/', async () => {
+    for (const path of ['/', '/page/app.js', '/page/style.css']) {
+      const res = await fetch(`${server.baseUrl}${path}`);
+      expect({ path, status: res.status }).toEqual({ path, status: 200 });
+      expect(res.headers.get('content-security-policy')).toMatch(/default-src 'self'/);
+      expect(res.headers.get('referrer-policy')).toBe('no-referrer');
+    }
+    expect((await fetch(`${server.baseUrl}/`)).headers.get('content-type')).toMatch(/^text\/html/);
+    for (const path of ['/page/index.ts', '/page/../package.json', '/page/%2e%2e/package.json', '/index.html'])
+      expect((await fetch(`${server.baseUrl}${path}`)).status, path).toBe(404);
   });
 });

@@ -61,6 +61,9 @@ async function newConversation(options: { confirmation?: boolean } = {}): Promis
   return shownId();
 }
 
+/** The user messages the chat shows. */
+const userMessages = () => page.locator('.chat .msg.user').allTextContents();
+
 async function say(text: string): Promise<void> {
   await byTest('input').fill(text);
   await byTest('send').click();
@@ -69,6 +72,15 @@ async function say(text: string): Promise<void> {
 describe('the page', () => {
   it('asks for the token, then lists the user’s conversations and starts one', async () => {
     await page.goto(`${server.baseUrl}/`);
+    await page.evaluate(() => localStorage.clear());
+    await page.reload();
+    await expect.poll(() => byTest('errors').textContent(), { timeout: UI_MS }).toMatch(/token is required/);
+    // A token given in the address is kept and taken out of it.
+    await page.goto(`${server.baseUrl}/?token=${TOKEN}`);
+    // Loaded with it: an item or "No conversation yet", no error.
+    await expect.poll(() => byTest('conversations').locator('li').count(), { timeout: UI_MS }).toBeGreaterThan(0);
+    expect(await byTest('errors').textContent()).toBe('');
+    expect(new URL(page.url()).searchParams.has('token')).toBe(false);
     await page.evaluate(() => localStorage.clear());
     await page.reload();
     await expect.poll(() => byTest('errors').textContent(), { timeout: UI_MS }).toMatch(/token is required/);
@@ -170,9 +182,14 @@ describe('the page', () => {
       .toBe(true);
     expect(await page.locator('.chat .msg').count()).toBe(0);
     expect(await byTest('connection').textContent()).toBe('reconnecting');
+    // Sent while away: kept, and sent once the socket is up again.
+    await say('typed while away');
     await browser.context.setOffline(false);
     await expect.poll(() => byTest('connection').textContent(), { timeout: UI_MS }).toBe('live');
-    await expect.poll(() => page.locator('.chat .msg.agent').count(), { timeout: UI_MS }).toBe(1);
+    await expect
+      .poll(userMessages, { timeout: UI_MS })
+      .toEqual([expect.stringContaining('while away'), expect.stringContaining('typed while away')]);
+    await expect.poll(() => page.locator('.chat .msg.agent').count(), { timeout: UI_MS }).toBe(2);
     await expect.poll(leaves, { timeout: UI_MS }).toEqual(['active.awaiting_user_input']);
     const shown = await page
       .locator('.chat [data-seq]')

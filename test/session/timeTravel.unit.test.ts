@@ -3,9 +3,19 @@ import { agentStateOf, foldEvents, statePaths, traceLog } from '../../machines/i
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../../src/runtime/memoryRuntime.ts';
-import { BadSeqError, ConversationNotFoundError, SessionManager } from '../../src/session/index.ts';
-import type { MemoryCheckpointStore } from '../../src/store/index.ts';
-import { memoryStores, type EventLog, type Stores } from '../../src/store/index.ts';
+import {
+  BadSeqError,
+  ConversationNotFoundError,
+  IllegalTransitionError,
+  SessionManager,
+} from '../../src/session/index.ts';
+import {
+  memoryStores,
+  StoreUnavailableError,
+  type EventLog,
+  type MemoryCheckpointStore,
+  type Stores,
+} from '../../src/store/index.ts';
 import { CountingLog } from '../support/countingLog.ts';
 import { until } from '../support/until.ts';
 
@@ -288,6 +298,68 @@ describe('a fork', () => {
     expect(said).toHaveLength(2);
     expect(said[0]).toBe('recorded one');
     expect(said[1]).not.toBe('recorded two');
+    await m.shutdown();
+  });
+
+  it('of a fork names its own parent; a fork at an event after which the parent had ended is refused', async () => {
+    let failPurges = 1;
+    const { log, manager } = setup({
+      log: (inner) => ({
+        ...inner,
+        read: (id, o) => inner.read(id, o),
+        lastSeq: (id) => inner.lastSeq(id),
+        last: (id) => inner.last(id),
+        follow: (h) => inner.follow(h),
+        append: (e, o) => inner.append(e, o),
+        purge: (id) => (failPurges-- > 0 ? Promise.reject(new Error('the store is down')) : inner.purge(id)),
+      }),
+    });
+    const m = manager();
+    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello' });
+    await settled(m, log, parent);
+    const { conversation_id: first } = await m.fork(parent, 'local', await log.lastSeq(parent));
+    await settled(m, log, first);
+    const { conversation_id: second } = await m.fork(first, 'local', await log.lastSeq(first));
+    await settled(m, log, second);
+    expect((await m.info(second, 'local')).forked_from).toEqual({ conversation_id: first, seq: expect.any(Number) });
+    const forks = (await events(log, second)).filter((l) => l.event.type === 'conversation_forked');
+    expect(forks.map((l) => l.event.type === 'conversation_forked' && l.event.data.conversation_id)).toEqual([
+      parent,
+      first,
+    ]);
+
+    // A delete whose purge failed leaves the log ending with session_closed, and the record: nothing to fork there.
+    await expect(m.delete(parent, 'local')).rejects.toThrow(/store is down/);
+    const closed = (await events(log, parent)).findLast((l) => l.event.type === 'session_closed')!;
+    await expect(m.fork(parent, 'local', closed.seq)).rejects.toThrow(IllegalTransitionError);
+    await m.shutdown();
+  });
+
+  it('whose record cannot be written fails, and leaves nothing behind', async () => {
+    const { stores, log, manager } = setup();
+    const m = manager({
+      conversations: {
+        ...stores.conversations,
+        get: (user, id) => stores.conversations.get(user, id),
+        list: (user, page) => stores.conversations.list(user, page),
+        delete: (user, id) => stores.conversations.delete(user, id),
+        mark: (marker) => stores.conversations.mark(marker),
+        unmark: (id) => stores.conversations.unmark(id),
+        markers: () => stores.conversations.markers(),
+        // Records of anything but the first conversation fail.
+        put: (entry) =>
+          entry.conversation_id.endsWith('0')
+            ? stores.conversations.put(entry)
+            : Promise.reject(new Error('KV is down')),
+      },
+    });
+    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello' });
+    await settled(m, log, parent);
+    await expect(m.fork(parent, 'local', await log.lastSeq(parent))).rejects.toThrow(StoreUnavailableError);
+    const fork = 'c' + '1'.padStart(31, '0');
+    expect(await log.lastSeq(fork)).toBe(0);
+    expect(await stores.conversations.markers()).not.toContainEqual(expect.objectContaining({ conversation_id: fork }));
+    expect(m.isLive(fork)).toBe(false);
     await m.shutdown();
   });
 });
