@@ -47,6 +47,19 @@ function setup(
   return { stores, checkpoints, log, manager };
 }
 
+/** `inner` with some of its methods replaced. */
+function wrapLog(inner: EventLog, replaced: Partial<EventLog>): EventLog {
+  return {
+    append: (event, options) => inner.append(event, options),
+    read: (id, options) => inner.read(id, options),
+    lastSeq: (id) => inner.lastSeq(id),
+    last: (id) => inner.last(id),
+    follow: (handlers) => inner.follow(handlers),
+    purge: (id) => inner.purge(id),
+    ...replaced,
+  };
+}
+
 async function events(log: EventLog, id: string): Promise<LoggedEvent[]> {
   return (await log.read(id)).items;
 }
@@ -231,17 +244,12 @@ describe('a fork', () => {
   it('cut off half-way (its process gone) is never listed, and its copies are purged by recovery', async () => {
     const hang = { after: Infinity, appended: 0 };
     const { stores, log, manager } = setup({
-      log: (inner) => ({
-        ...inner,
-        read: (id, o) => inner.read(id, o),
-        lastSeq: (id) => inner.lastSeq(id),
-        last: (id) => inner.last(id),
-        follow: (h) => inner.follow(h),
-        purge: (id) => inner.purge(id),
-        // The process dies here: this append and everything after it never happen.
-        append: (event, options) =>
-          ++hang.appended > hang.after ? new Promise(() => {}) : inner.append(event, options),
-      }),
+      log: (inner) =>
+        wrapLog(inner, {
+          // The process dies here: this append and everything after it never happen.
+          append: (event, options) =>
+            ++hang.appended > hang.after ? new Promise(() => {}) : inner.append(event, options),
+        }),
     });
     const first = manager();
     const { conversation_id: parent } = await first.create('local', { ...body, initial_message: 'hello' });
@@ -304,15 +312,10 @@ describe('a fork', () => {
   it('of a fork names its own parent; a fork at an event after which the parent had ended is refused', async () => {
     let failPurges = 1;
     const { log, manager } = setup({
-      log: (inner) => ({
-        ...inner,
-        read: (id, o) => inner.read(id, o),
-        lastSeq: (id) => inner.lastSeq(id),
-        last: (id) => inner.last(id),
-        follow: (h) => inner.follow(h),
-        append: (e, o) => inner.append(e, o),
-        purge: (id) => (failPurges-- > 0 ? Promise.reject(new Error('the store is down')) : inner.purge(id)),
-      }),
+      log: (inner) =>
+        wrapLog(inner, {
+          purge: (id) => (failPurges-- > 0 ? Promise.reject(new Error('the store is down')) : inner.purge(id)),
+        }),
     });
     const m = manager();
     const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello' });
