@@ -28,6 +28,16 @@ export async function within<T>(ms: number, step: string, work: Promise<T>): Pro
   }
 }
 
+/** Runs `a` and `b`, `a` first in even rounds and `b` first in odd ones (so neither always runs warm). */
+export async function inTurn<A, B>(round: number, a: () => Promise<A>, b: () => Promise<B>): Promise<[A, B]> {
+  if (round % 2 === 0) {
+    const first = await a();
+    return [first, await b()];
+  }
+  const second = await b();
+  return [await a(), second];
+}
+
 export interface Repetitions {
   warmups: number;
   runs: number;

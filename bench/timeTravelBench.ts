@@ -3,13 +3,11 @@
 // from the creation; a fork of a prefix, against appending its events one by one.
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { stateAt } from '../machines/index.ts';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import type { ConversationState, LoggedEvent, StoredEvent } from '../src/protocol/index.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
 import { DEFAULT_LIMITS, type SessionManager } from '../src/session/index.ts';
-import { restore } from '../src/session/loadSession.ts';
 import { memoryCheckpointStore, type CheckpointStore, type NatsConnection, type Stores } from '../src/store/index.ts';
 import { createTether, type Tether } from '../src/tether.ts';
 import { benchStores } from './benchStores.ts';
@@ -17,8 +15,6 @@ import { within } from './measure.ts';
 import { chat } from './rehydrateBench.ts';
 
 const USER = 'timetravel-user';
-/** The events per log read of `ConversationReads.eventsUpTo` (its SEEK_PAGE). */
-export const SEEK_PAGE = 500;
 
 export interface TimeTravelFixture {
   /** The owner: it wrote the conversation and its checkpoints. */
@@ -135,55 +131,6 @@ export async function checkSeek(f: TimeTravelFixture, seq: number): Promise<void
   ]);
   if (JSON.stringify(near) !== JSON.stringify(full))
     throw new Error(`at seq ${seq} the fold from a checkpoint differs from the fold from the creation`);
-}
-
-/** One seek's steps, timed apart as `ConversationReads.stateAt` runs them. */
-export interface SeekParts {
-  /** The user's index entry (the ownership check): one KV get. */
-  indexMs: number;
-  /** `checkpoints.before`: one stream info with subjects_filter, one KV get. */
-  checkpointMs: number;
-  /** `log.read` of a page of events after the checkpoint: a direct get of the last seq, an ordered consumer. */
-  readMs: number;
-  /** Events that page held (up to SEEK_PAGE, past `seq` too). */
-  read: number;
-  /** The same read bounded by `seq`: its limit `seq` − the checkpoint's seq (no more events can lie between). */
-  boundedReadMs: number;
-  /** The checkpoint restored, then `stateAt` (a pure fold) over the events up to `seq`. */
-  foldMs: number;
-  /** Events folded after the checkpoint. */
-  folded: number;
-  /** For scale: one `log.lastSeq` (the direct get that `log.read` starts with). */
-  directGetMs: number;
-}
-
-export async function seekParts(f: TimeTravelFixture, seq: number): Promise<SeekParts> {
-  const { conversations, checkpoints, log } = f.stores;
-  const id = f.conversationId;
-  const index = await timed(() => conversations.get(f.user, id));
-  if (!index.result) throw new Error('the conversation has no index entry');
-  const checkpoint = await timed(() => checkpoints.before(id, seq));
-  const from = checkpoint.result?.seq ?? 0;
-  const read = await timed(() => log.read(id, { afterSeq: from, limit: SEEK_PAGE }));
-  const items = read.result.items.filter((item) => item.seq <= seq);
-  const fold = await timed(async () => {
-    const snapshot = checkpoint.result && restore(checkpoint.result);
-    return stateAt(items, seq, snapshot ? { seq: from, snapshot } : undefined);
-  });
-  if (fold.result?.seq !== seq) throw new Error(`the split seek did not reach seq ${seq}`);
-  const bounded = await timed(() => log.read(id, { afterSeq: from, limit: seq - from }));
-  if (bounded.result.items.at(-1)?.seq !== seq) throw new Error(`the bounded read did not end at seq ${seq}`);
-  const direct = await timed(() => log.lastSeq(id));
-  return {
-    indexMs: index.ms,
-    checkpointMs: checkpoint.ms,
-    readMs: read.ms,
-    read: read.result.items.length,
-    boundedReadMs: bounded.ms,
-    foldMs: fold.ms,
-    folded: items.length,
-    directGetMs: direct.ms,
-  };
 }
 
 /**

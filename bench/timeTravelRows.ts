@@ -8,6 +8,7 @@ import {
   busyMachine,
   cpuMeter,
   fmt,
+  inTurn,
   median,
   noiseNote,
   progress,
@@ -24,10 +25,7 @@ import {
   forkAt,
   fullFold,
   seek,
-  seekParts,
-  SEEK_PAGE,
   timeTravelFixture,
-  type SeekParts,
   type TimeTravelFixture,
 } from './timeTravelBench.ts';
 
@@ -39,8 +37,6 @@ interface Plan {
   /** Rounds of one full fold and `seeksPerRound` seeks. */
   seekRounds: Repetitions;
   seeksPerRound: number;
-  /** Seeks timed step by step, apart from the measured ones. */
-  splitSeeks: number;
   /** Seeks checked against the fold from the creation, untimed. */
   checkedSeeks: number;
   prefixes: number[];
@@ -52,7 +48,6 @@ const PLANS: Record<'full' | 'quick', Plan> = {
     events: 10_000,
     seekRounds: { warmups: 2, runs: 10 },
     seeksPerRound: 20,
-    splitSeeks: 50,
     checkedSeeks: 5,
     prefixes: [100, 1_000, 10_000],
     forkRounds: (n) => (n > 1_000 ? { warmups: 1, runs: 3 } : { warmups: 2, runs: 7 }),
@@ -61,58 +56,33 @@ const PLANS: Record<'full' | 'quick', Plan> = {
     events: 2_000,
     seekRounds: { warmups: 1, runs: 5 },
     seeksPerRound: 10,
-    splitSeeks: 20,
     checkedSeeks: 3,
     prefixes: [100, 1_000, 2_000],
     forkRounds: () => ({ warmups: 1, runs: 3 }),
   },
 };
 
-/** A small seeded generator (mulberry32): a run's seqs can be drawn again from the seed it reports. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
-
 export async function measureTimeTravel(ctx: BenchContext, forceProfile: boolean): Promise<Measured> {
   const plan = ctx.quick ? PLANS.quick : PLANS.full;
   progress(`time travel: building a conversation of ${fmt.int(plan.events)} events through a SessionManager`);
   const f = await timeTravelFixture(ctx.nc, plan.events, ctx.runId, ctx.stepTimeoutMs);
-  const seed = randomInt(2 ** 31);
-  const random = seeded(seed);
-  const pick = () => f.events[Math.floor(random() * f.events.length)]!.seq;
+  const pick = () => f.events[randomInt(f.events.length)]!.seq;
   const profiles: ProfileSection[] = [];
   try {
     const n = f.events.length;
-    const built = `The time-travel conversation (${fmt.int(n)} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round at a time, then passivated; its owner wrote ${f.checkpointSeqs.length} checkpoints (${checkpointSpacing(f)}). Random seqs drawn with seed ${seed}.`;
+    const built = `The time-travel conversation (${fmt.int(n)} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round at a time, then passivated; its owner wrote ${f.checkpointSeqs.length} checkpoints.`;
     ctx.notes.push(built);
     progress(built);
     for (let i = 0; i < plan.checkedSeeks; i++) await checkSeek(f, pick());
     const seeks = await measureSeeks(ctx, f, plan, pick);
-    const parts = [];
-    for (let i = 0; i < plan.splitSeeks; i++) parts.push(await seekParts(f, pick()));
-    const missed = seekNotes(ctx, seeks, parts);
-    if (forceProfile || missed) profiles.push(await profileSeeks(ctx, f, pick));
+    if (forceProfile || seekMissed(ctx, seeks)) profiles.push(await profileSeeks(ctx, f, pick));
     const forks = [];
     for (const prefix of plan.prefixes) forks.push(await measureForks(ctx, f, prefix, plan.forkRounds(prefix)));
-    ctx.settings.push(settings(f, plan, seed));
+    ctx.settings.push(settings(f, plan));
     return { rows: [...seekRows(n, seeks), ...forks.map(forkRow)], profiles };
   } finally {
     await f.drop();
   }
-}
-
-function checkpointSpacing(f: TimeTravelFixture): string {
-  const seqs = f.checkpointSeqs;
-  if (seqs.length < 2) return seqs.length === 0 ? 'none' : `at seq ${fmt.int(seqs[0]!)}`;
-  const gaps = seqs.slice(1).map((s, i) => s - seqs[i]!);
-  return `from seq ${fmt.int(seqs[0]!)} to ${fmt.int(seqs.at(-1)!)}, ${fmt.int(Math.min(...gaps))} to ${fmt.int(Math.max(...gaps))} events apart`;
 }
 
 interface SeekRound {
@@ -139,14 +109,7 @@ async function measureSeeks(ctx: BenchContext, f: TimeTravelFixture, plan: Plan,
       const seeks = async () => {
         for (let k = 0; k < plan.seeksPerRound; k++) seekMs.push(await seek(f, pick()));
       };
-      let foldMs: number;
-      if (i % 2 === 0) {
-        foldMs = await fullFold(f);
-        await seeks();
-      } else {
-        await seeks();
-        foldMs = await fullFold(f);
-      }
+      const [foldMs] = await inTurn(i, () => fullFold(f), seeks);
       const summary = `full fold ${fmt.ms(foldMs)} ms; ${seekMs.length} seeks p50 ${fmt.ms(median(seekMs))} ms, max ${fmt.ms(Math.max(...seekMs))} ms`;
       return { foldMs, seekMs, cpu: cpu(), summary };
     },
@@ -157,36 +120,16 @@ async function measureSeeks(ctx: BenchContext, f: TimeTravelFixture, plan: Plan,
   return { seekMs: kept.flatMap((r) => r.seekMs), foldMs: kept.map((r) => r.foldMs) };
 }
 
-/** One seek's steps, timed apart: medians (and the reads' p99). */
-function splitNote(parts: readonly SeekParts[]): string {
-  const med = (pick: (p: SeekParts) => number) => fmt.ms(median(parts.map(pick)));
-  const count = (pick: (p: SeekParts) => number) => fmt.int(median(parts.map(pick)));
-  const tail = (pick: (p: SeekParts) => number) => fmt.ms(percentile(parts.map(pick), 99));
-  return [
-    `Seek (m) split, timed apart at ${parts.length} other random seqs (median per step):`,
-    `the index entry (one KV get) ${med((p) => p.indexMs)} ms;`,
-    `\`checkpoints.before\` (one stream info with subjects_filter, one KV get) ${med((p) => p.checkpointMs)} ms;`,
-    `\`log.read\` of a page after the checkpoint (a direct get of the last seq, then an ordered consumer; limit ${SEEK_PAGE}: ${count((p) => p.read)} events read, of which ${count((p) => p.folded)} up to the seq) ${med((p) => p.readMs)} ms (p99 ${tail((p) => p.readMs)} ms),`,
-    `where the same read with its limit bounded by the seq (seq − the checkpoint's seq) takes ${med((p) => p.boundedReadMs)} ms (p99 ${tail((p) => p.boundedReadMs)} ms) and a direct get alone ${med((p) => p.directGetMs)} ms;`,
-    `the checkpoint restored and \`stateAt\` folded ${med((p) => p.foldMs)} ms.`,
-  ].join(' ');
-}
-
-/** The split of a seek and, when the target is missed, what it would take; true on a miss. */
-function seekNotes(ctx: BenchContext, s: Seeks, parts: readonly SeekParts[]): boolean {
+/** Whether the seek missed its target; the miss is noted (the profile below says where the time went). */
+function seekMissed(ctx: BenchContext, s: Seeks): boolean {
   const fold = median(s.foldMs);
   const p50 = percentile(s.seekMs, 50);
   const p99 = percentile(s.seekMs, 99);
-  const split = splitNote(parts);
-  ctx.notes.push(split);
-  progress(split);
-  const missed = p50 / fold > SEEK_TARGET || p99 / fold > SEEK_TARGET;
-  if (missed) {
-    const miss = `**Seek target missed**: p50 ${fmt.ms(p50)} ms (${fmt.ratio(p50 / fold)}), p99 ${fmt.ms(p99)} ms (${fmt.ratio(p99 / fold)}) against ≤ ${SEEK_TARGET} of the full fold's p50 ${fmt.ms(fold)} ms, i.e. ≤ ${fmt.ms(fold * SEEK_TARGET)} ms. See the split above and the seek profile below.`;
-    ctx.notes.push(miss);
-    progress(miss);
-  }
-  return missed;
+  if (p50 / fold <= SEEK_TARGET && p99 / fold <= SEEK_TARGET) return false;
+  const miss = `**Seek target missed**: p50 ${fmt.ms(p50)} ms (${fmt.ratio(p50 / fold)}), p99 ${fmt.ms(p99)} ms (${fmt.ratio(p99 / fold)}) against ≤ ${SEEK_TARGET} of the full fold's p50 ${fmt.ms(fold)} ms. See the seek profile below.`;
+  ctx.notes.push(miss);
+  progress(miss);
+  return true;
 }
 
 function seekRows(n: number, s: Seeks): Row[] {
@@ -232,15 +175,11 @@ async function measureForks(
     reps,
     async (i): Promise<ForkRound> => {
       const cpu = cpuMeter(ctx.natsPid);
-      let forkMs: number;
-      let appendMs: number;
-      if (i % 2 === 0) {
-        forkMs = await forkAt(f, prefix);
-        appendMs = await appendCopy(f, prefix);
-      } else {
-        appendMs = await appendCopy(f, prefix);
-        forkMs = await forkAt(f, prefix);
-      }
+      const [forkMs, appendMs] = await inTurn(
+        i,
+        () => forkAt(f, prefix),
+        () => appendCopy(f, prefix),
+      );
       return { forkMs, appendMs, cpu: cpu(), summary: `fork ${fmt.ms(forkMs)} ms; append ${fmt.ms(appendMs)} ms` };
     },
     (r) => busyMachine(r.cpu),
@@ -287,12 +226,12 @@ async function profileSeeks(ctx: BenchContext, f: TimeTravelFixture, pick: () =>
   return section;
 }
 
-function settings(f: TimeTravelFixture, plan: Plan, seed: number): string {
+function settings(f: TimeTravelFixture, plan: Plan): string {
   const r = (x: Repetitions) => `${x.warmups} warm-up + ${x.runs} measured rounds`;
   const forkRounds = plan.prefixes.map((p) => `${fmt.int(p)}: ${r(plan.forkRounds(p))}`).join(', ');
   return [
     `Time travel (m, m2, n to n3): one conversation of ${fmt.int(f.events.length)} stored events written as the rehydration conversation is (a real SessionManager through \`createTether\` on bench stores: JetStream log, KV conversation, snapshot and checkpoint stores; scripted agent, in-memory runtime, default limits, so a checkpoint each time the event count passes a multiple of 100), then passivated. A second manager (\`createTether\`) on the same stores but with an empty in-memory checkpoint store is the baseline of (m).`,
-    `(m, m2): rounds of one full fold (the second manager's \`stateAt\` of the last event) and ${plan.seeksPerRound} seeks (the owner's \`stateAt\` at a seq drawn uniformly from the conversation's events, seed ${seed}), the fold first in every other round; ${r(plan.seekRounds)}, busy rounds run again; p50 and nearest-rank p99 of every measured seek, each divided by the p50 (median) of the rounds' full folds. Before timing, ${plan.checkedSeeks} seeks are checked to equal the fold from the creation at the same seq; the split is timed apart, step by step, on the same stores.`,
+    `(m, m2): rounds of one full fold (the second manager's \`stateAt\` of the last event) and ${plan.seeksPerRound} seeks (the owner's \`stateAt\` at a seq drawn uniformly from the conversation's events), the fold first in every other round; ${r(plan.seekRounds)}, busy rounds run again; p50 and nearest-rank p99 of every measured seek, each divided by the p50 (median) of the rounds' full folds. Before timing, ${plan.checkedSeeks} seeks are checked to equal the fold from the creation at the same seq.`,
     `(n to n3): rounds of one \`manager.fork\` at the prefix's last event (afterwards, untimed: the fork's log checked, the fork deleted through \`manager.delete\`) and one sequential append of the same events under a fresh conversation id through the EventLog (afterwards purged), the fork first in every other round; ${forkRounds}; medians.`,
   ].join(' ');
 }

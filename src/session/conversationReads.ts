@@ -133,8 +133,7 @@ export class ConversationReads {
     const { events, start } = await this.eventsUpTo(conversationId, seq);
     const found = stateAt(events, seq, start);
     if (!found) throw new BadSeqError(conversationId, seq);
-    const { value, context, ...rest } = found;
-    return { ...rest, value, context: { ...context } };
+    return { ...found, context: { ...found.context } };
   }
 
   /**

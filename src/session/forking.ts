@@ -8,13 +8,7 @@ import {
 import { errorFields, type Logger } from '../logger.ts';
 import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
-import {
-  StoreUnavailableError,
-  type CheckpointStore,
-  type ConversationEntry,
-  type ConversationStore,
-  type EventLog,
-} from '../store/index.ts';
+import type { CheckpointStore, ConversationEntry, ConversationStore, EventLog } from '../store/index.ts';
 import type { ConversationReads } from './conversationReads.ts';
 import { BadSeqError, IllegalTransitionError } from './errors.ts';
 import { lastRecordedState } from './loadSession.ts';
@@ -105,7 +99,6 @@ export class ConversationForks {
         },
         { conversationId: parentId, seq: atSeq },
       );
-      await recordWritten(deps.conversations, user, session);
       deps.adopt(session);
       return { conversation_id: id };
     } catch (err) {
@@ -183,16 +176,4 @@ export class ConversationForks {
     if (failed) throw failed.reason;
     return lastSeq;
   }
-}
-
-/**
- * A new conversation (created or forked) exists for its user once its record
- * is written: its first decision writes it, but a failure there is only
- * logged. Without it nothing could reach the conversation and recovery would
- * purge it, so it is answered as a failure instead (the caller purges it).
- */
-export async function recordWritten(conversations: ConversationStore, user: string, session: Session): Promise<void> {
-  if (await conversations.get(user, session.conversationId)) return;
-  await session.close('its record was not written');
-  throw new StoreUnavailableError(`the record of conversation ${session.conversationId} was not written`);
 }

@@ -99,7 +99,7 @@ export class Session {
   /** A new conversation: stores its creation record, then starts what its first state asks for. */
   static async create(conversationId: string, deps: SessionDeps, data: CreatedData): Promise<Session> {
     const session = new Session(conversationId, deps);
-    await session.decide({ type: 'create', conversationId, data });
+    await session.#first({ type: 'create', conversationId, data });
     return session;
   }
 
@@ -134,7 +134,7 @@ export class Session {
     parent: { conversationId: string; seq: number },
   ): Promise<Session> {
     const session = new Session(conversationId, deps, state);
-    await session.decide({
+    await session.#first({
       type: 'fork',
       parent: parent.conversationId,
       seq: parent.seq,
@@ -263,6 +263,16 @@ export class Session {
       await this.decide({ type: 'close', reason });
     } finally {
       await this.close(reason);
+    }
+  }
+
+  /** A new conversation's first decision; when it fails (its record not written) the session closes. */
+  async #first(input: DecisionInput): Promise<void> {
+    try {
+      await this.decide(input);
+    } catch (err) {
+      await this.close('its first decision failed');
+      throw err;
     }
   }
 

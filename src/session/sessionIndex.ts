@@ -1,7 +1,7 @@
 import { agentStateOf, BUSY_AGENT_STATES, isBusy, type SessionSnapshot } from '../../machines/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../protocol/index.ts';
-import type { ConversationEntry, ConversationStore } from '../store/index.ts';
+import { StoreUnavailableError, type ConversationEntry, type ConversationStore } from '../store/index.ts';
 
 /** What a session tells the projections about each decision; both calls are awaited inside its mailbox job. */
 export interface SessionIndexHook {
@@ -11,7 +11,7 @@ export interface SessionIndexHook {
     after: SessionSnapshot,
     events: readonly StoredEvent[],
   ): Promise<void>;
-  /** After they were appended and applied, before the caller is answered. Never rejects. */
+  /** After they were appended and applied, before the caller is answered. Rejects only when a new conversation's record was not written. */
   afterApply(after: SessionSnapshot, events: readonly StoredEvent[]): Promise<void>;
 }
 
@@ -98,6 +98,12 @@ export class SessionIndex implements SessionIndexHook {
         this.#marker = 'settled';
       }
     } catch (err) {
+      // A new conversation exists for its user only once its record is: without it nothing could reach
+      // it, and recovery would purge it. Its creation (or fork) fails instead, and is removed.
+      if (this.#entry === undefined && isNew(events))
+        throw new StoreUnavailableError(`the record of conversation ${this.#conversationId} was not written`, {
+          cause: err,
+        });
       // The events are stored: the answer stands. The marker still says unsettled, so recovery reads this log.
       this.#logger.warn('conversation index not updated', {
         conversation_id: this.#conversationId,
@@ -109,6 +115,10 @@ export class SessionIndex implements SessionIndexHook {
 
 function ends(events: readonly StoredEvent[]): boolean {
   return events.some((e) => e.type === 'session_closed');
+}
+
+function isNew(events: readonly StoredEvent[]): boolean {
+  return events.some((e) => e.type === 'conversation_created' || e.type === 'conversation_forked');
 }
 
 function comesBack(events: readonly StoredEvent[]): boolean {

@@ -22,7 +22,7 @@ import {
 } from '../store/index.ts';
 import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
 import { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
-import { ConversationForks, recordWritten } from './forking.ts';
+import { ConversationForks } from './forking.ts';
 import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
 import { ClusterRouter } from './clusterRouter.ts';
 import { NotOwnerError, type ForwardRequest } from './forwarding.ts';
@@ -175,6 +175,8 @@ export class SessionManager {
     await this.#ownership.claimNew(conversationId);
     await this.#secrets.keep(conversationId, body.secrets);
     this.#creating.add(conversationId);
+    // A creation that fails (its record not written, the log down) was never answered: the next
+    // recovery purges what it may have stored (a marker without a record).
     const session = await Session.create(conversationId, this.#sessionDeps(conversationId), {
       user,
       ...(body.initial_message !== undefined && { initial_message: body.initial_message }),
@@ -186,15 +188,7 @@ export class SessionManager {
       replay: body.replay !== undefined,
       ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
       start_timeout_ms: this.limits.startTimeoutMs,
-    });
-    try {
-      await recordWritten(this.#deps.conversations, user, session);
-    } catch (err) {
-      await this.#purge(conversationId, user, true).catch(() => undefined);
-      throw err;
-    } finally {
-      this.#creating.delete(conversationId);
-    }
+    }).finally(() => this.#creating.delete(conversationId));
     this.#live.set(conversationId, session);
     this.feed.refresh(conversationId);
     if (body.initial_message !== undefined) {
