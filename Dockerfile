@@ -1,14 +1,16 @@
 # Tether from this repository. NATS comes from docker-compose.yml (NATS_URL).
 
-# Build stage: the dev dependencies (TypeScript) compile src/ and machines/ to dist/.
+# Build stage: the dev dependencies (TypeScript) compile protocol/, src/, machines/ and page/ to dist/.
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-fund --no-audit
 COPY tsconfig.json tsconfig.build.json ./
 COPY scripts ./scripts
+COPY protocol ./protocol
 COPY machines ./machines
 COPY src ./src
+COPY page ./page
 RUN node scripts/build.js
 
 # Run stage: production dependencies and the compiled JavaScript only; no compiler at run time.

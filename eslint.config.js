@@ -7,7 +7,7 @@ import tseslint from 'typescript-eslint';
 
 /** What pure code (statecharts, wire schemas) must not import: it runs in browsers too. */
 const IMPURE = [
-  { group: ['node:*'], message: 'machines/ and src/protocol/ run in browsers too: no Node built-ins.' },
+  { group: ['node:*'], message: 'machines/ and protocol/ run in browsers too: no Node built-ins.' },
   { group: ['ws'], message: 'Only src/server/ speaks WebSocket.' },
   { group: ['@nats-io/*'], message: 'Only src/store/ talks to NATS.' },
 ];
@@ -45,7 +45,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['machines/**', 'src/protocol/**'],
+    files: ['machines/**', 'protocol/**'],
     rules: {
       'no-restricted-imports': ['error', { paths: BARE_BUILTINS.map((name) => ({ name })), patterns: IMPURE }],
       'no-restricted-globals': [

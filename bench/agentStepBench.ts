@@ -3,9 +3,9 @@
 // that are measured on them.
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
-import { CreateConversationBody, type LoggedEvent } from '../src/protocol/index.ts';
+import { CreateConversationBody, type LoggedEvent } from '../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../src/runtime/memoryRuntime.ts';
-import type { SessionManager } from '../src/session/index.ts';
+import type { SessionManager } from '../src/host/index.ts';
 import { createTether } from '../src/tether.ts';
 import type { JetStreamEventLog, NatsConnection } from '../src/store/index.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';

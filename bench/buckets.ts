@@ -40,7 +40,7 @@ export const APPEND_BUCKETS: Bucket[] = [
   },
   {
     label: 'ws fan-out of stored events to clients (server side: frame text, ws.send)',
-    test: onStack('publishEvent', 'src/session/conversationFeed'),
+    test: onStack('publishEvent', 'src/queries/conversationFeed'),
   },
   { label: 'bench harness (the ws clients run in their own process)', test: inFile('/bench/') },
   {
@@ -86,7 +86,7 @@ export const SEEK_BUCKETS: Bucket[] = [
   },
   {
     label: 'fold (`stateAt`, `foldEvents`, the checkpoint restored)',
-    test: (s) => inFile('/machines/')(s) || onStack('restore', 'src/session/loadSession')(s),
+    test: (s) => inFile('/machines/')(s) || onStack('restore', 'src/conversation/loadSession')(s),
   },
   { label: 'index entry (`KvConversationStore.get`)', test: inFile('src/store/kvConversationStore') },
   { label: 'nats.js (requests, receive path, consumers)', test: inFile('@nats-io') },

@@ -10,7 +10,7 @@ import { writeHeapSnapshot } from 'node:v8';
 /**
  * [kind, objects, self bytes]. The kind of a JS object is its constructor
  * (`WebSocket`), of a function `closure name file`, of a Map or Set also where
- * it is kept (`WeakMap cache in src/protocol/eventJson.ts`); V8's internal
+ * it is kept (`WeakMap cache in protocol/eventJson.ts`); V8's internal
  * things (property and element stores, hash tables, scopes, code, strings) are
  * named after what holds them: `(object properties) of WebSocket`.
  */
@@ -187,7 +187,7 @@ class HeapGraph {
     return `closure ${shown}${where ? ` ${where}` : ''}${ownName === -1 ? '' : ' with own name'}`;
   }
 
-  /** A Map, Set, WeakMap or WeakSet, named by where it is kept: `WeakMap cache in src/protocol/eventJson.ts`, `Map WsGateway.#perConversation`. */
+  /** A Map, Set, WeakMap or WeakSet, named by where it is kept: `WeakMap cache in protocol/eventJson.ts`, `Map WsGateway.#perConversation`. */
   #collectionLabel(n: number, name: string): string {
     const holder = this.#owner[n]!;
     if (holder === -1 || this.#ownerEdge[n] === -1) return name;

@@ -4,7 +4,7 @@
 import { performance } from 'node:perf_hooks';
 import { createActor } from 'xstate';
 import { inputFrom, sessionMachine } from '../machines/index.ts';
-import { EVENT_VERSION, StoredEvent } from '../src/protocol/index.ts';
+import { EVENT_VERSION, StoredEvent } from '../protocol/index.ts';
 import { connectNats } from '../src/store/index.ts';
 import { answerCommands, benchTether, createStarted, heapUsed, passivateAll } from './heapBench.ts';
 

@@ -2,7 +2,7 @@
 // JetStream ordered consumer that reads the same messages and parses each.
 import { performance } from 'node:perf_hooks';
 import { jetstream, jetstreamManager, type JetStreamClient } from '@nats-io/jetstream';
-import { EVENT_VERSION, StoredEvent } from '../src/protocol/index.ts';
+import { EVENT_VERSION, StoredEvent } from '../protocol/index.ts';
 import { jetStreamEventLog, subjectFor, type JetStreamEventLog, type NatsConnection } from '../src/store/index.ts';
 import { messageText } from './benchClient.ts';
 import { fmt, within } from './measure.ts';

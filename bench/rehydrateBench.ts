@@ -6,9 +6,9 @@ import { Kvm, type KV } from '@nats-io/kv';
 import { foldEvents } from '../machines/index.ts';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
-import { CreateConversationBody, type LoggedEvent } from '../src/protocol/index.ts';
+import { CreateConversationBody, type LoggedEvent } from '../protocol/index.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import { loadSessionState, type SessionManager, type LoadedState } from '../src/session/index.ts';
+import { loadSessionState, type SessionManager, type LoadedState } from '../src/host/index.ts';
 import { createTether } from '../src/tether.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 import {

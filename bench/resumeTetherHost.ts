@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import type { SessionManager } from '../src/session/index.ts';
+import type { SessionManager } from '../src/host/index.ts';
 import { connectNats, jetStreamStores } from '../src/store/index.ts';
 import { createTether } from '../src/tether.ts';
 import { benchAuthenticate, http } from './benchHttp.ts';

@@ -1,4 +1,4 @@
-import type { ConversationPage } from '../src/protocol/index.ts';
+import type { ConversationPage } from '../protocol/index.ts';
 
 const TOKEN_KEY = 'tether-token';
 

@@ -1,4 +1,4 @@
-import type { LoggedEvent, StoredEvent } from '../src/protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
 import { h } from './dom.ts';
 
 /** One stored event as a line of the chat: messages as bubbles, commands and their output, the rest as status lines. */

@@ -1,5 +1,5 @@
 import { agentStateOf, foldEvents, stateAt, statePaths, type SessionSnapshot } from '../machines/index.ts';
-import type { LoggedEvent, UserAction } from '../src/protocol/index.ts';
+import type { LoggedEvent, UserAction } from '../protocol/index.ts';
 import { api, ApiError } from './api.ts';
 import { chatItem, describe } from './chat.ts';
 import { Diagram } from './diagram.ts';

@@ -1,4 +1,4 @@
-import type { LoggedEvent, UserAction } from '../src/protocol/index.ts';
+import type { LoggedEvent, UserAction } from '../protocol/index.ts';
 import { currentToken } from './api.ts';
 
 export interface SocketHandlers {

@@ -3,7 +3,7 @@
 /** dist/.built: written last by a successful build. */
 export declare const STAMP: string;
 
-/** Why dist/ must be built, or null when it is up to date with src/, machines/ and the configs. */
+/** Why dist/ must be built, or null when it is up to date with protocol/, src/, machines/ and the configs. */
 export declare function staleReason(): string | null;
 
 /** Builds dist/ from scratch with tsc; throws with tsc's output when it fails. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Compiles the server (src/ and machines/) to dist/ with tsc, bundles the page
+// Compiles the server (protocol/, src/ and machines/) to dist/ with tsc, bundles the page
 // (page/, with esbuild) into dist/page/, and says when dist/ is stale. `node scripts/build.js` always builds; `--if-stale` builds
 // only when dist/ is missing or older than a source file (npm start, npm test).
 import { spawnSync } from 'node:child_process';
@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 /** What the build reads: a change to any of these (or a file added or removed in them) makes dist/ stale. */
-const SOURCES = ['src', 'machines', 'page', 'tsconfig.json', 'tsconfig.build.json', 'package.json'];
+const SOURCES = ['protocol', 'src', 'machines', 'page', 'tsconfig.json', 'tsconfig.build.json', 'package.json'];
 /** The page's files copied as they are beside its bundle. */
 const PAGE_STATIC = ['index.html', 'style.css'];
 const DIST = join(ROOT, 'dist');
@@ -73,7 +73,7 @@ function compile(log) {
       { cause: err },
     );
   }
-  log('tether: compiling src/ and machines/ to dist/ (tsc -p tsconfig.build.json) and bundling page/ ...');
+  log('tether: compiling protocol/, src/ and machines/ to dist/ (tsc -p tsconfig.build.json) and bundling page/ ...');
   const started = new Date();
   const fresh = join(ROOT, `dist.tmp-${process.pid}`);
   const old = join(ROOT, `dist.old-${process.pid}`);

@@ -1,7 +1,7 @@
 // Writes the generated docs: the stored event's JSON Schema and the statechart
 // diagram. Tests fail when the committed files differ from what this writes.
 import { writeFileSync } from 'node:fs';
-import { storedEventJsonSchemaText } from '../src/protocol/jsonSchema.ts';
+import { storedEventJsonSchemaText } from '../protocol/jsonSchema.ts';
 import { statechartsMarkdown } from './statecharts.ts';
 
 writeFileSync(new URL('../docs/stored-event.schema.json', import.meta.url), storedEventJsonSchemaText());

@@ -2,7 +2,7 @@ import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
 import { parseSecretsKey } from './store/index.ts';
-import type { SessionLimits } from './session/index.ts';
+import type { SessionLimits } from './host/index.ts';
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES } from './tether.ts';
 
 const port = z.coerce.number().int().min(0).max(65_535);

@@ -1,3 +1,5 @@
+import type { AgentState } from '../protocol/index.ts';
+
 /** Base of Tether's own errors: a stable `code` for the edge to map, and the `cause`. */
 export class TetherError extends Error {
   readonly code: string;
@@ -5,5 +7,45 @@ export class TetherError extends Error {
     super(message, options);
     this.name = new.target.name;
     this.code = code;
+  }
+}
+
+/** No such conversation, or it belongs to someone else (indistinguishable on purpose). */
+export class ConversationNotFoundError extends TetherError {
+  constructor(conversationId: string) {
+    super('CONVERSATION_NOT_FOUND', `conversation ${conversationId} does not exist`);
+  }
+}
+
+/** The decider refused the action in the conversation's current state; `message` says why. */
+export class IllegalTransitionError extends TetherError {
+  readonly state: AgentState;
+  constructor(reason: string, state: AgentState) {
+    super('ILLEGAL_TRANSITION', reason);
+    this.state = state;
+  }
+}
+
+/** The session stopped (another writer took over, or the server is shutting down). */
+export class SessionClosedError extends TetherError {
+  constructor(conversationId: string, reason: string, options?: { cause?: unknown }) {
+    super('SESSION_CLOSED', `conversation ${conversationId} is closed here: ${reason}`, options);
+  }
+}
+
+/** A draining node starts no new conversation: another node will. */
+export class NodeDrainingError extends TetherError {
+  constructor() {
+    super('NODE_DRAINING', 'this node is shutting down: try again (another node takes new conversations)');
+  }
+}
+
+/** A stream sequence that is not one of the conversation's events. */
+export class BadSeqError extends TetherError {
+  constructor(conversationId: string, seq: number | string) {
+    super(
+      'BAD_SEQ',
+      `seq ${seq} is not an event of conversation ${conversationId}: give the seq of one of its events (GET /api/conversations/${conversationId}/events lists them)`,
+    );
   }
 }

@@ -1,4 +1,4 @@
-/** Structured, one JSON object a line. Never give it secrets: see `maskingLogger` (src/session/secretMasker.ts). */
+/** Structured, one JSON object a line. Never give it secrets: see `maskingLogger` (src/conversation/secretMasker.ts). */
 export interface Logger {
   /**
    * True when debug lines are written. Check it before building a debug

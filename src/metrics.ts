@@ -7,7 +7,7 @@ import {
   type FollowHandlers,
   type LogFollower,
 } from './store/index.ts';
-import type { LoggedEvent, StoredEvent } from './protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
 
 /** What the metrics read at each scrape, from the parts that keep it. */
 export interface MetricSources {

@@ -4,7 +4,7 @@ import { silentLogger, type Logger } from './logger.ts';
 import { TetherMetrics } from './metrics.ts';
 import type { RuntimeProvider } from './runtime/index.ts';
 import { tetherServer, type TetherServer, type TetherServerOptions } from './server/index.ts';
-import { ClusterOwnership, SessionManager, type SessionLimits } from './session/index.ts';
+import { ClusterOwnership, SessionManager, type SessionLimits } from './host/index.ts';
 import type { ClusterBus, ClusterStore, SecretStore, Stores } from './store/index.ts';
 
 /** Largest WebSocket frame accepted by default (TETHER_MAX_FRAME_BYTES). */

@@ -1,4 +1,4 @@
-import type { StoredEvent } from '../protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 
 /** What producing an action cost (stored as an `agent_usage` event before the action). */
 export interface AgentUsage {

@@ -1,4 +1,4 @@
-import type { EventOf, StoredEvent } from '../protocol/index.ts';
+import type { EventOf, StoredEvent } from '../../protocol/index.ts';
 import type { ChatMessage, ChatToolCall } from './llmMessages.ts';
 
 export interface ChatMessageOptions {

@@ -1,4 +1,4 @@
-import type { StoredEvent } from '../protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 import type { Agent, AgentContext, AgentMove } from './agent.ts';
 
 type ReplayAction = NonNullable<

@@ -1,5 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import type { EventOf, StoredEvent } from '../protocol/index.ts';
+import type { EventOf, StoredEvent } from '../../protocol/index.ts';
 import type { Agent, AgentAction, AgentContext, AgentStepInput } from './agent.ts';
 
 const OUTPUT_CHARS = 2_000;

@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util';
 import type { StateValue } from 'xstate';
 import { agentStateOf, statePaths, traceLog, type TraceStep } from '../../machines/index.ts';
 import { loadConfig } from '../config.ts';
-import { ConversationId, type LoggedEvent } from '../protocol/index.ts';
+import { ConversationId, type LoggedEvent } from '../../protocol/index.ts';
 import type { EventLog } from '../store/index.ts';
 import { openEventLog, type StoreOrigin } from './openStore.ts';
 import { processIO, type CliIO } from './io.ts';

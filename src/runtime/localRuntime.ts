@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { cp, mkdir, rm } from 'node:fs/promises';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
-import { ConversationId } from '../protocol/index.ts';
+import { ConversationId } from '../../protocol/index.ts';
 import { RuntimeDeadError } from './errors.ts';
 import { heartbeat, lifeline } from './lifeline.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';

@@ -1,7 +1,7 @@
 import { type RawData, type WebSocket } from 'ws';
 import { errorFields } from '../logger.ts';
-import { ClientFrame, eventBytes, type LoggedEvent, type ServerFrame, type StatusFrame } from '../protocol/index.ts';
-import type { ConnectPoint, FeedListener } from '../session/index.ts';
+import { ClientFrame, eventBytes, type LoggedEvent, type ServerFrame, type StatusFrame } from '../../protocol/index.ts';
+import type { ConnectPoint, FeedListener } from '../host/index.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
 import type { WsGatewayOptions } from './wsGateway.ts';
 

@@ -11,8 +11,8 @@ import {
   ForkBody,
   StateQuery,
   type ConversationPage,
-} from '../protocol/index.ts';
-import { BadSeqError, type SessionManager } from '../session/index.ts';
+} from '../../protocol/index.ts';
+import { BadSeqError, type SessionManager } from '../host/index.ts';
 import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
 import { foreignOrigin } from './origin.ts';

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../logger.ts';
-import type { SessionManager } from '../session/index.ts';
+import type { SessionManager } from '../host/index.ts';
 import type { Authenticate } from './auth.ts';
 import { httpApi } from './httpApi.ts';
 import type { PageAsset } from './pageAssets.ts';

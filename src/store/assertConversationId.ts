@@ -1,4 +1,4 @@
-import { ConversationId } from '../protocol/index.ts';
+import { ConversationId } from '../../protocol/index.ts';
 
 /**
  * Throws a TypeError unless `id` is a valid conversation id. Ids become NATS

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AgentState, ConversationId, type ListPosition } from '../protocol/index.ts';
+import { AgentState, ConversationId, type ListPosition } from '../../protocol/index.ts';
 
 export type { ListPosition };
 

@@ -1,4 +1,4 @@
-import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 
 export interface AppendOptions {
   /**

@@ -6,7 +6,7 @@ import {
   type JsMsg,
   type JetStreamManager,
 } from '@nats-io/jetstream';
-import { eventBytes, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
+import { eventBytes, type LoggedEvent, type StoredEvent } from '../../protocol/index.ts';
 import type {
   AppendOptions,
   AppendResult,

@@ -1,6 +1,6 @@
 import type { ConsumerMessages, JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection, Status } from '@nats-io/transport-node';
-import { parseStoredEvent } from '../protocol/index.ts';
+import { parseStoredEvent } from '../../protocol/index.ts';
 import type { FollowHandlers, LogFollower } from './eventLog.ts';
 import type { OrderedConsumers } from './orderedConsumers.ts';
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ConversationId } from '../protocol/index.ts';
+import { ConversationId } from '../../protocol/index.ts';
 import type { ConversationEntry, WorkMarker } from './conversationStore.ts';
 
 /** A conversation record of the layout before the per-user index: key = conversation id. */

@@ -1,4 +1,4 @@
-import { eventBytes, type LoggedEvent, type StoredEvent } from '../protocol/index.ts';
+import { eventBytes, type LoggedEvent, type StoredEvent } from '../../protocol/index.ts';
 import type {
   AppendOptions,
   AppendResult,

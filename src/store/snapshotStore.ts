@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ConversationId } from '../protocol/index.ts';
+import { ConversationId } from '../../protocol/index.ts';
 
 /** A session's persisted snapshot and where in its log it stands. */
 export const SnapshotRecord = z.object({

@@ -1,5 +1,5 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import type { StatusFrame } from '../protocol/index.ts';
+import type { StatusFrame } from '../../protocol/index.ts';
 import { assertConversationId } from './assertConversationId.ts';
 import { DEFAULT_SUBJECT_PREFIX } from './natsConnection.ts';
 

@@ -7,7 +7,7 @@ import {
   type Agent,
   type AgentAction,
 } from '../../src/agent/index.ts';
-import { StoredEvent } from '../../src/protocol/index.ts';
+import { StoredEvent } from '../../protocol/index.ts';
 import { stepOver } from '../support/agentSteps.ts';
 
 type Draft = Pick<StoredEvent, 'source' | 'type' | 'data'> & { cause?: number };

@@ -16,7 +16,7 @@ import {
   type LlmAgentOptions,
   type LlmUsage,
 } from '../../src/agent/index.ts';
-import { StoredEvent } from '../../src/protocol/index.ts';
+import { StoredEvent } from '../../protocol/index.ts';
 import { stepOver } from '../support/agentSteps.ts';
 import {
   failure,

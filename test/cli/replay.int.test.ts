@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { natsBinary } from '../support/natsBinary.ts';
 import { agentStateOf, foldEvents } from '../../machines/index.ts';
-import { StoredEvent } from '../../src/protocol/index.ts';
+import { StoredEvent } from '../../protocol/index.ts';
 import {
   connectNats,
   jetStreamEventLog,

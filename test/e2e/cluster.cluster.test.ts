@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ConversationInfo, EventOf, LoggedEvent } from '../../src/protocol/index.ts';
+import type { ConversationInfo, EventOf, LoggedEvent } from '../../protocol/index.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
 import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
 import { bashesIn } from '../support/processes.ts';

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConversationInfo, type LoggedEvent } from '../../src/protocol/index.ts';
+import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
 import { connectNats, kvClusterStore, type KvClusterStore, type NatsConnection } from '../../src/store/index.ts';
 import {
   crashLogProblems,

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ClusterView, ConversationInfo, ConversationOwner } from '../../src/protocol/index.ts';
+import type { ClusterView, ConversationInfo, ConversationOwner } from '../../protocol/index.ts';
 import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
 import { eventually, http, postMessage, startServer, type ServerProcess } from '../support/serverProcess.ts';

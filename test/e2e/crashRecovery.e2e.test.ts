@@ -1,8 +1,8 @@
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ConversationInfo } from '../../src/protocol/index.ts';
-import { type EventOf, type LoggedEvent } from '../../src/protocol/index.ts';
+import type { ConversationInfo } from '../../protocol/index.ts';
+import { type EventOf, type LoggedEvent } from '../../protocol/index.ts';
 import {
   allEvents,
   createConversation,

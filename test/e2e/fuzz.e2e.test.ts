@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentState, type LoggedEvent } from '../../src/protocol/index.ts';
+import { AgentState, type LoggedEvent } from '../../protocol/index.ts';
 import {
   allEvents,
   createConversation,

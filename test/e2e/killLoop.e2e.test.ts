@@ -1,6 +1,6 @@
 import { rm } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ConversationInfo, type LoggedEvent } from '../../src/protocol/index.ts';
+import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
 import {
   crashLogProblems,
   describeLog,

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { failure, startFakeLlmServer, text, toolCall, type FakeLlmServer } from '../support/fakeLlmServer.ts';
 import { allEvents, eventually, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';

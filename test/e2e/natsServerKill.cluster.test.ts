@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LoggedEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent } from '../../protocol/index.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
 import {
   answersTo,

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { ConversationInfo, type EventOf, type LoggedEvent } from '../../src/protocol/index.ts';
+import { ConversationInfo, type EventOf, type LoggedEvent } from '../../protocol/index.ts';
 import {
   allEvents,
   createConversation,

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConversationInfo, type LoggedEvent } from '../../src/protocol/index.ts';
+import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
 import {
   allEvents,

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LoggedEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent } from '../../protocol/index.ts';
 import {
   allEvents,
   createConversation,

@@ -1,7 +1,7 @@
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConversationInfo, type LoggedEvent } from '../../src/protocol/index.ts';
+import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
 import {
   allEvents,
   createConversation,

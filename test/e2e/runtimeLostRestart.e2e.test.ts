@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { LoggedEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent } from '../../protocol/index.ts';
 import {
   allEvents,
   createConversation,

@@ -1,6 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LoggedEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent } from '../../protocol/index.ts';
 import {
   allEvents,
   createConversation,

@@ -13,7 +13,7 @@ import {
   LoggedEvent,
   type ConversationPage,
   type EventOf,
-} from '../../src/protocol/index.ts';
+} from '../../protocol/index.ts';
 import {
   connectNats,
   DEFAULT_CHECKPOINT_BUCKET,

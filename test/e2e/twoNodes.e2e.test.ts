@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ConversationInfo, LoggedEvent } from '../../src/protocol/index.ts';
+import type { ConversationInfo, LoggedEvent } from '../../protocol/index.ts';
 import { startEmbeddedNats, type EmbeddedNats } from '../../src/store/index.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
 import { natsBinary } from '../support/natsBinary.ts';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { initialTransition, transition } from 'xstate';
 import { foldEvents, inputFrom, sessionMachine, toSessionEvent, type SessionSnapshot } from '../../machines/index.ts';
-import type { StoredEvent } from '../../src/protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 
 type Body = Pick<StoredEvent, 'source' | 'type' | 'data'> & { cause?: number };
 

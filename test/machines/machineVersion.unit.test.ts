@@ -12,8 +12,8 @@ import {
   upcasterFor,
   type Upcaster,
 } from '../../machines/index.ts';
-import { StoredEvent } from '../../src/protocol/index.ts';
-import { SessionManager } from '../../src/session/index.ts';
+import { StoredEvent } from '../../protocol/index.ts';
+import { SessionManager } from '../../src/host/index.ts';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { memoryStores } from '../../src/store/index.ts';

@@ -1,6 +1,6 @@
 import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ConversationState, LoggedEvent } from '../../src/protocol/index.ts';
+import type { ConversationState, LoggedEvent } from '../../protocol/index.ts';
 import { offMachine, openBrowser, type PageSession } from '../support/browser.ts';
 import { http, startServer, type ServerProcess } from '../support/serverProcess.ts';
 

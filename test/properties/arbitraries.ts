@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import type { SessionEvent, SessionInput, SessionSnapshot } from '../../machines/index.ts';
-import { AgentState, PassivationReason, type UserAction } from '../../src/protocol/index.ts';
+import { AgentState, PassivationReason, type UserAction } from '../../protocol/index.ts';
 import type { ConversationOptions, HarnessOptions, PassivationPlan } from './harness.ts';
 
 export const agentState = fc.constantFrom(...AgentState.options);

@@ -8,7 +8,7 @@ import {
   type DecisionInput,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import { AgentState, PassivationReason, type StoredEvent } from '../../src/protocol/index.ts';
+import { AgentState, PassivationReason, type StoredEvent } from '../../protocol/index.ts';
 import { expectSame, logViolations, persisted } from './logChecks.ts';
 import { seededRuns } from './seeds.ts';
 

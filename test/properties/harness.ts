@@ -9,9 +9,9 @@ import {
   type SessionSnapshot,
 } from '../../machines/index.ts';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
-import type { StoredEvent, UserAction } from '../../src/protocol/index.ts';
+import type { StoredEvent, UserAction } from '../../protocol/index.ts';
 import { echoHandler, memoryRuntimeProvider, type MemoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { IllegalTransitionError, loadSessionState, SessionManager, type Session } from '../../src/session/index.ts';
+import { IllegalTransitionError, loadSessionState, SessionManager, type Session } from '../../src/host/index.ts';
 import {
   memoryConversationStore,
   memoryEventLog,

@@ -6,7 +6,7 @@ import {
   toSessionEvent,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import type { AgentState, StoredEvent } from '../../src/protocol/index.ts';
+import type { AgentState, StoredEvent } from '../../protocol/index.ts';
 
 /** The persisted form of a snapshot: what a snapshot store keeps, and what two sessions must agree on. */
 export function persisted(snapshot: SessionSnapshot): unknown {

@@ -136,7 +136,7 @@ describe('passivation and rehydration', () => {
   );
 
   /*
-   * FAILED (fixed since): a bug in src/session (Session.passivate with SessionManager.act).
+   * FAILED (fixed since): a bug in src/conversation (Session.passivate with SessionManager.act).
    * seed 20260104 (still a regression seed), shrunk counterexample (RACE_FOUND, run first every time):
    *   {"harness":{"instantCommands":false,"snapshotEvery":1},
    *    "conversation":{"initialMessage":null,"confirmationMode":false,"maxIterations":10000},

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { StoredEvent } from '../../src/protocol/index.ts';
-import { storedEventJsonSchema, storedEventJsonSchemaText } from '../../src/protocol/jsonSchema.ts';
+import { StoredEvent } from '../../protocol/index.ts';
+import { storedEventJsonSchema, storedEventJsonSchemaText } from '../../protocol/jsonSchema.ts';
 
 describe('stored event JSON Schema', () => {
   it('in docs/ is exactly what the zod schema generates (run `npm run docs` after changing it)', () => {

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
-import type { LoggedEvent, StatusFrame } from '../../src/protocol/index.ts';
+import type { LoggedEvent, StatusFrame } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { memoryStores, type EventLog } from '../../src/store/index.ts';
 import { createTether, type Tether } from '../../src/tether.ts';

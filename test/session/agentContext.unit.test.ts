@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
-import type { StoredEvent } from '../../src/protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../../src/runtime/memoryRuntime.ts';
-import type { SessionManager } from '../../src/session/index.ts';
+import type { SessionManager } from '../../src/host/index.ts';
 import { memoryEventLog, type EventLog, type ReadOptions } from '../../src/store/index.ts';
 import { memoryManager } from '../support/memoryManager.ts';
 

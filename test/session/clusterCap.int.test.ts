@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { ClusterOwnership, type SessionManager } from '../../src/session/index.ts';
+import { ClusterOwnership, type SessionManager } from '../../src/host/index.ts';
 import { memoryClusterBus, memoryClusterStore, memoryStores } from '../../src/store/index.ts';
 import { memoryManager } from '../support/memoryManager.ts';
 import { until } from '../support/until.ts';

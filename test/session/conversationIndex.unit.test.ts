@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
-import type { StoredEvent } from '../../src/protocol/index.ts';
-import { SessionManager } from '../../src/session/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
+import { SessionManager } from '../../src/host/index.ts';
 import { memoryStores, type EventLog, type Stores } from '../../src/store/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { CountingLog } from '../support/countingLog.ts';

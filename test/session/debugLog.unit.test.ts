@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { memoryManager } from '../support/memoryManager.ts';
 import { jsonLogger, type LogLevel } from '../../src/logger.ts';
-import { IllegalTransitionError } from '../../src/session/index.ts';
-import { maskingLogger, SECRET_MASK } from '../../src/session/secretMasker.ts';
+import { IllegalTransitionError } from '../../src/host/index.ts';
+import { maskingLogger, SECRET_MASK } from '../../src/conversation/secretMasker.ts';
 import { memoryEventLog } from '../../src/store/index.ts';
 
 const SECRET = 'sk-debug-0123456789';

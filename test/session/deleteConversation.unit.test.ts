@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { memoryManager } from '../support/memoryManager.ts';
-import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { ConversationNotFoundError } from '../../src/session/index.ts';
+import { ConversationNotFoundError } from '../../src/host/index.ts';
 import { memoryEventLog, type EventLog } from '../../src/store/index.ts';
 import { logViolations } from '../properties/logChecks.ts';
 

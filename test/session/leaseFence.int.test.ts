@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/logger.ts';
-import { ClusterOwnership, SessionClosedError, type SessionManager } from '../../src/session/index.ts';
+import { ClusterOwnership, SessionClosedError, type SessionManager } from '../../src/host/index.ts';
 import { memoryClusterBus, memoryClusterStore, memoryStores } from '../../src/store/index.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
 import { memoryManager } from '../support/memoryManager.ts';

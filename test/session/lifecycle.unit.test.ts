@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
-import type { StoredEvent } from '../../src/protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager, type SessionLimits } from '../../src/session/index.ts';
+import { SessionManager, type SessionLimits } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore, type EventLog } from '../../src/store/index.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };

@@ -6,7 +6,7 @@ import pLimit from 'p-limit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager } from '../../src/session/index.ts';
+import { SessionManager } from '../../src/host/index.ts';
 import { jetStreamStores, type NatsConnection, type Stores } from '../../src/store/index.ts';
 import { CountingLog } from '../support/countingLog.ts';
 import { connectTestNats, uniqueBucketName, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/logger.ts';
-import { ClusterOwnership, type SessionManager } from '../../src/session/index.ts';
+import { ClusterOwnership, type SessionManager } from '../../src/host/index.ts';
 import {
   memoryClusterBus,
   memoryClusterStore,

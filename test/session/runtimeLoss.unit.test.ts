@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
-import type { StatusFrame, StoredEvent } from '../../src/protocol/index.ts';
+import type { StatusFrame, StoredEvent } from '../../protocol/index.ts';
 import { echoHandler, memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager } from '../../src/session/index.ts';
+import { SessionManager } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };

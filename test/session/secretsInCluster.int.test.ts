@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { SecretsNeedKeyError, type SessionManager } from '../../src/session/index.ts';
+import { SecretsNeedKeyError, type SessionManager } from '../../src/host/index.ts';
 import { memorySecretStore } from '../../src/store/index.ts';
 import { memoryManager } from '../support/memoryManager.ts';
 

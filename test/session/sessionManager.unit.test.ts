@@ -1,13 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
-import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import {
   ConversationNotFoundError,
   IllegalTransitionError,
   SessionClosedError,
   SessionManager,
-} from '../../src/session/index.ts';
+} from '../../src/host/index.ts';
 import {
   memoryConversationStore,
   memoryEventLog,

@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { agentStateOf, foldEvents, statePaths, traceLog } from '../../machines/index.ts';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
-import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../../src/runtime/memoryRuntime.ts';
 import {
   BadSeqError,
   ConversationNotFoundError,
   IllegalTransitionError,
   SessionManager,
-} from '../../src/session/index.ts';
+} from '../../src/host/index.ts';
 import {
   memoryStores,
   StoreUnavailableError,

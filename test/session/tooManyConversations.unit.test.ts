@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { memoryManager } from '../support/memoryManager.ts';
 import type { Agent, AgentAction } from '../../src/agent/index.ts';
-import type { StatusFrame, StoredEvent } from '../../src/protocol/index.ts';
-import { TOO_MANY_CONVERSATIONS } from '../../src/session/index.ts';
+import type { StatusFrame, StoredEvent } from '../../protocol/index.ts';
+import { TOO_MANY_CONVERSATIONS } from '../../src/host/index.ts';
 import { memoryEventLog } from '../../src/store/index.ts';
 
 /** An agent that keeps thinking: a step ends only when its session stops it. */

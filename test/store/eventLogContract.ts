@@ -1,7 +1,7 @@
 // The one behaviour every EventLog must have; each implementation's test file runs it.
 import { randomBytes } from 'node:crypto';
 import { describe, expect, test } from 'vitest';
-import type { LoggedEvent, StoredEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import type { EventLog } from '../../src/store/eventLog.ts';
 import { VersionConflictError } from '../../src/store/errors.ts';
 

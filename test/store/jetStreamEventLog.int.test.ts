@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vit
 import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { StoreUnavailableError } from '../../src/store/errors.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
-import type { StoredEvent } from '../../src/protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { ensureEventStream } from '../../src/store/natsConnection.ts';
 import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';

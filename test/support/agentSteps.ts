@@ -1,5 +1,5 @@
 import type { Agent, AgentAction, AgentStepInput } from '../../src/agent/index.ts';
-import type { StoredEvent } from '../../src/protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 
 /** The action of an agent for a whole history at once, from a fresh context: what a session rebuilt from this history would get. */
 export function stepOver(

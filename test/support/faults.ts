@@ -1,5 +1,5 @@
 import { readFileSync, readdirSync } from 'node:fs';
-import type { AgentState, LoggedEvent } from '../../src/protocol/index.ts';
+import type { AgentState, LoggedEvent } from '../../protocol/index.ts';
 import { allEvents, http, type HttpResult, type ServerExit, type ServerProcess } from './serverProcess.ts';
 import { repliesTo } from './logQueries.ts';
 import type { WsClient } from './wsClient.ts';

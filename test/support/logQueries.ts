@@ -1,5 +1,5 @@
 // Questions the end-to-end tests ask of a conversation's stored log.
-import type { LoggedEvent } from '../../src/protocol/index.ts';
+import type { LoggedEvent } from '../../protocol/index.ts';
 
 /** The agent state the last `agent_state_changed` recorded, or 'none'. */
 export function stateOf(events: readonly LoggedEvent[]): string {

@@ -1,6 +1,6 @@
 import { scriptedAgent } from '../../src/agent/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager, type SessionManagerDeps } from '../../src/session/index.ts';
+import { SessionManager, type SessionManagerDeps } from '../../src/host/index.ts';
 import { memoryStores } from '../../src/store/index.ts';
 
 /** A SessionManager on the in-memory twins, in-memory runtimes and the scripted agent; `deps` replaces any of them. */

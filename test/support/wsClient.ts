@@ -1,5 +1,5 @@
 import WebSocket from 'ws';
-import { ServerFrame } from '../../src/protocol/index.ts';
+import { ServerFrame } from '../../protocol/index.ts';
 
 export type Frame = ServerFrame;
 export type EventFrame = Extract<Frame, { type: 'event' }>;

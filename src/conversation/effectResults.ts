@@ -1,6 +1,6 @@
 import type { AgentAnswer } from '../../machines/index.ts';
 import { rateCommand, type AgentAction } from '../agent/index.ts';
-import type { StatusFrame } from '../protocol/index.ts';
+import type { StatusFrame } from '../../protocol/index.ts';
 
 /** The transient status frames effects send on the way (never stored). */
 export const STATUS = {

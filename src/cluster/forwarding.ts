@@ -1,8 +1,7 @@
 import { z } from 'zod';
-import { TetherError } from '../errors.ts';
-import { AgentState, PassivationReason, UserAction } from '../protocol/index.ts';
+import { AgentState, PassivationReason, UserAction } from '../../protocol/index.ts';
 import { NodeUnreachableError } from '../store/index.ts';
-import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError } from './errors.ts';
+import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError, TetherError } from '../errors.ts';
 import { LeaseLapsedError } from './ownership.ts';
 
 /** Another node owns the conversation (`node`, when known): the request goes there, or is asked again. */

@@ -14,11 +14,11 @@ import type {
   RuntimeStatus,
   StoredEvent,
   UserAction,
-} from '../protocol/index.ts';
+} from '../../protocol/index.ts';
 import type { AgentContext } from '../agent/index.ts';
 import type { CheckpointStore, SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
-import { IllegalTransitionError, SessionClosedError } from './errors.ts';
+import { IllegalTransitionError, SessionClosedError } from '../errors.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
 import { SessionEffects } from './sessionEffects.ts';
 import type { SessionIndexHook } from './sessionIndex.ts';

@@ -6,15 +6,15 @@ import {
   type SessionSnapshot,
 } from '../../machines/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
-import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
+import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
 import type { CheckpointStore, ConversationEntry, ConversationStore, EventLog } from '../store/index.ts';
-import type { ConversationReads } from './conversationReads.ts';
-import { BadSeqError, IllegalTransitionError } from './errors.ts';
-import { lastRecordedState } from './loadSession.ts';
-import type { Ownership } from './ownership.ts';
+import type { ConversationReads } from '../queries/conversationReads.ts';
+import { BadSeqError, IllegalTransitionError } from '../errors.ts';
+import { lastRecordedState } from '../conversation/loadSession.ts';
+import type { Ownership } from '../cluster/ownership.ts';
 import type { SecretKeeper } from './secretKeeper.ts';
-import { Session, type SessionDeps } from './session.ts';
+import { Session, type SessionDeps } from '../conversation/session.ts';
 
 /** Parent events read per page while a fork copies them. */
 const COPY_PAGE = 1_000;

@@ -1,10 +1,10 @@
 import type { Logger } from '../logger.ts';
-import type { ListPosition, PassivationReason, StatusFrame, UserAction } from '../protocol/index.ts';
+import type { ListPosition, PassivationReason, StatusFrame, UserAction } from '../../protocol/index.ts';
 import type { ClusterBus, ConversationEntry, ConversationStore } from '../store/index.ts';
 import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
 import { ClusterOwnership, type Ownership } from './ownership.ts';
-import { TOO_MANY_CONVERSATIONS } from './passivationPolicy.ts';
-import type { Session, SubmitResult } from './session.ts';
+import { TOO_MANY_CONVERSATIONS } from '../host/passivationPolicy.ts';
+import type { Session, SubmitResult } from '../conversation/session.ts';
 
 /** Pages of a user's index read to find the user's conversations running on other nodes. */
 const CAP_SCAN_PAGES = 10;

@@ -11,7 +11,7 @@ import type {
   ListPosition,
   PassivationReason,
   UserAction,
-} from '../protocol/index.ts';
+} from '../../protocol/index.ts';
 import { agentStateOf } from '../../machines/index.ts';
 import {
   memoryCheckpointStore,
@@ -20,19 +20,19 @@ import {
   type ConversationEntry,
   type ReadPage,
 } from '../store/index.ts';
-import { ConversationFeed, type FeedListener } from './conversationFeed.ts';
-import { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
+import { ConversationFeed, type FeedListener } from '../queries/conversationFeed.ts';
+import { ConversationReads, type ConnectPoint, type ConversationPage } from '../queries/conversationReads.ts';
 import { ConversationForks } from './forking.ts';
-import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from './errors.ts';
-import { ClusterRouter } from './clusterRouter.ts';
-import { NotOwnerError, type ForwardRequest } from './forwarding.ts';
-import { ClusterOwnership, LeaseLapsedError, soloOwnership, type Ownership } from './ownership.ts';
-import { loadSessionState } from './loadSession.ts';
+import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from '../errors.ts';
+import { ClusterRouter } from '../cluster/clusterRouter.ts';
+import { NotOwnerError, type ForwardRequest } from '../cluster/forwarding.ts';
+import { ClusterOwnership, LeaseLapsedError, soloOwnership, type Ownership } from '../cluster/ownership.ts';
+import { loadSessionState } from '../conversation/loadSession.ts';
 import { PassivationPolicy } from './passivationPolicy.ts';
-import { maskingLogger } from './secretMasker.ts';
+import { maskingLogger } from '../conversation/secretMasker.ts';
 import { SecretKeeper } from './secretKeeper.ts';
-import { Session, type SessionDeps, type SubmitResult } from './session.ts';
-import { SessionIndex } from './sessionIndex.ts';
+import { Session, type SessionDeps, type SubmitResult } from '../conversation/session.ts';
+import { SessionIndex } from '../conversation/sessionIndex.ts';
 import { DEFAULT_LIMITS, type SessionLimits, type SessionManagerDeps } from './sessionManagerDeps.ts';
 import { WorkRecovery } from './workRecovery.ts';
 

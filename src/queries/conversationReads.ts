@@ -13,7 +13,7 @@ import type {
   ConversationSummary,
   ListPosition,
   LoggedEvent,
-} from '../protocol/index.ts';
+} from '../../protocol/index.ts';
 import type {
   CheckpointStore,
   ConversationEntry,
@@ -22,9 +22,9 @@ import type {
   ReadPage,
   SnapshotStore,
 } from '../store/index.ts';
-import { BadSeqError, ConversationNotFoundError } from './errors.ts';
-import { loadSessionState, restore } from './loadSession.ts';
-import type { Session } from './session.ts';
+import { BadSeqError, ConversationNotFoundError } from '../errors.ts';
+import { loadSessionState, restore } from '../conversation/loadSession.ts';
+import type { Session } from '../conversation/session.ts';
 
 /** Log reads at once when a list page asks each conversation's last sequence. */
 const LIST_CONCURRENCY = 16;

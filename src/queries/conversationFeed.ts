@@ -1,5 +1,5 @@
 import { errorFields, silentLogger, type Logger } from '../logger.ts';
-import type { LoggedEvent, StatusFrame } from '../protocol/index.ts';
+import type { LoggedEvent, StatusFrame } from '../../protocol/index.ts';
 import type { EventLog, LogFollower, StatusChannel } from '../store/index.ts';
 
 export interface FeedListener {

@@ -1,9 +1,9 @@
 import pLimit from 'p-limit';
 import { errorFields, type Logger } from '../logger.ts';
-import type { AgentState, LoggedEvent } from '../protocol/index.ts';
+import type { AgentState, LoggedEvent } from '../../protocol/index.ts';
 import type { ConversationEntry, ConversationStore, EventLog, WorkMarker } from '../store/index.ts';
-import { wasMidTask } from './loadSession.ts';
-import type { Ownership } from './ownership.ts';
+import { wasMidTask } from '../conversation/loadSession.ts';
+import type { Ownership } from '../cluster/ownership.ts';
 
 export interface RecoveryHost {
   /** Whether the conversation is live, or being loaded, in this process. */

@@ -5,7 +5,7 @@ import {
   SESSION_MACHINE_VERSION,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import type { AgentState, LoggedEvent, StoredEvent } from '../protocol/index.ts';
+import type { AgentState, LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import type { EventLog, SnapshotRecord, SnapshotStore } from '../store/index.ts';
 import type { RestoredState } from './session.ts';
 

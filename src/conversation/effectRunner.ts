@@ -8,14 +8,13 @@ import {
   type AgentAction,
   type AgentContext,
 } from '../agent/index.ts';
-import { TetherError } from '../errors.ts';
 import { errorFields, type Logger } from '../logger.ts';
-import type { StatusFrame } from '../protocol/index.ts';
+import type { StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { EventLog } from '../store/index.ts';
-import type { ConversationFeed } from './conversationFeed.ts';
+import type { ConversationFeed } from '../queries/conversationFeed.ts';
 import { answerOf, outcomeOf, STATUS } from './effectResults.ts';
-import { IllegalTransitionError, SessionClosedError } from './errors.ts';
+import { IllegalTransitionError, SessionClosedError, TetherError } from '../errors.ts';
 
 export interface EffectDeps {
   log: EventLog;

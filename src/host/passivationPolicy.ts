@@ -1,6 +1,6 @@
 import type { SessionSnapshot } from '../../machines/index.ts';
-import type { PassivationReason, StatusFrame } from '../protocol/index.ts';
-import type { Session } from './session.ts';
+import type { PassivationReason, StatusFrame } from '../../protocol/index.ts';
+import type { Session } from '../conversation/session.ts';
 
 export interface PassivationLimits {
   /** No connection and not busy for this long: leave memory. */

@@ -1,6 +1,6 @@
 import { agentStateOf, BUSY_AGENT_STATES, isBusy, type SessionSnapshot } from '../../machines/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
-import type { StoredEvent } from '../protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
 import { StoreUnavailableError, type ConversationEntry, type ConversationStore } from '../store/index.ts';
 
 /** What a session tells the projections about each decision; both calls are awaited inside its mailbox job. */

@@ -10,7 +10,7 @@ import type {
   SnapshotStore,
   StatusChannel,
 } from '../store/index.ts';
-import type { Ownership } from './ownership.ts';
+import type { Ownership } from '../cluster/ownership.ts';
 import type { PassivationLimits } from './passivationPolicy.ts';
 
 export interface SessionLimits extends PassivationLimits {

@@ -1,8 +1,8 @@
 import { SESSION_MACHINE_VERSION } from '../../machines/index.ts';
 import type { Agent, AgentContext } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
-import type { StoredEvent } from '../protocol/index.ts';
-import { EVENT_VERSION } from '../protocol/index.ts';
+import type { StoredEvent } from '../../protocol/index.ts';
+import { EVENT_VERSION } from '../../protocol/index.ts';
 import {
   VersionConflictError,
   type CheckpointStore,
@@ -10,8 +10,8 @@ import {
   type SnapshotRecord,
   type SnapshotStore,
 } from '../store/index.ts';
-import type { ConversationFeed } from './conversationFeed.ts';
-import { SessionClosedError } from './errors.ts';
+import type { ConversationFeed } from '../queries/conversationFeed.ts';
+import { SessionClosedError } from '../errors.ts';
 
 /** Events per read when the agent's context is rebuilt from the log: the memory it takes is one page. */
 const REBUILD_PAGE = 1_000;
