@@ -9,7 +9,7 @@ import type { SessionManager } from '../src/host/index.ts';
 import { createTether } from '../src/tether.ts';
 import type { JetStreamEventLog, NatsConnection } from '../src/store/index.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
-import { fmt, progress, within } from './measure.ts';
+import { fmt, listened, progress, within } from './measure.ts';
 import {
   jetStreamEventLog,
   kvCheckpointStore,
@@ -100,14 +100,16 @@ export async function agentStepFixture(
       const state = { last: -1, wake: null as (() => void) | null };
       idle.set(id, state);
       unsubscribes.push(
-        await manager.subscribe(id, {
-          event: ({ event }: LoggedEvent) => {
-            if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
-            state.last = event.id;
-            state.wake?.();
-          },
-          status: () => {},
-        }),
+        await listened(
+          manager.feed.listen(id, 0, {
+            event: ({ event }: LoggedEvent) => {
+              if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
+              state.last = event.id;
+              state.wake?.();
+            },
+            status: () => {},
+          }),
+        ),
       );
       await within(
         timeoutMs,

@@ -17,7 +17,7 @@ import type { SessionManager } from '../src/host/index.ts';
 import { jetStreamStores, type NatsConnection } from '../src/store/index.ts';
 import { createTether, type Tether } from '../src/tether.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
-import { within } from './measure.ts';
+import { listened, within } from './measure.ts';
 
 /** The user the HTTP API sees when no tokens are configured; the manager runs use the same. */
 const USER = 'local';
@@ -118,17 +118,19 @@ export async function managerColdStart(fx: ColdStartFixture): Promise<ColdStart>
   let reached!: () => void;
   const idle = new Promise<void>((resolve) => (reached = resolve));
   let t0 = 0;
-  const unsubscribe = await fx.manager.subscribe(id, {
-    event: ({ event }) => {
-      const at = performance.now() - t0;
-      marks.push([label(event), at]);
-      if (isIdle(event)) {
-        idleAt = at;
-        reached();
-      }
-    },
-    status: () => {},
-  });
+  const unsubscribe = await listened(
+    fx.manager.feed.listen(id, 0, {
+      event: ({ event }) => {
+        const at = performance.now() - t0;
+        marks.push([label(event), at]);
+        if (isIdle(event)) {
+          idleAt = at;
+          reached();
+        }
+      },
+      status: () => {},
+    }),
+  );
   const body = CreateConversationBody.parse({});
   try {
     t0 = performance.now();

@@ -194,3 +194,9 @@ export function noiseNote(label: string, kept: number, discarded: number, stillB
     ? `${redone}; the ${kept} kept runs had a quiet machine.`
     : `All ${kept} ${label} runs had a quiet machine (other processes under 20% of a core).`;
 }
+
+/** An in-process listener of the feed once it has caught up with what was stored, as its stop function. */
+export async function listened(listening: { caughtUp: Promise<void>; stop(): void }): Promise<() => void> {
+  await listening.caughtUp;
+  return () => listening.stop();
+}

@@ -25,7 +25,7 @@ import {
   type NatsConnection,
 } from '../src/store/index.ts';
 import { messageText } from './benchClient.ts';
-import { within } from './measure.ts';
+import { listened, within } from './measure.ts';
 import type { ReadFixture } from './readBench.ts';
 
 const USER = 'rehydrate-user';
@@ -123,14 +123,16 @@ export async function chat(manager: SessionManager, log: EventLog, events: numbe
   const { conversation_id: id } = await manager.create(user, CreateConversationBody.parse({ max_iterations: 10_000 }));
   let idle = -1;
   let wake: (() => void) | null = null;
-  const unsubscribe = await manager.subscribe(id, {
-    event: ({ event }: LoggedEvent) => {
-      if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
-      idle = event.id;
-      wake?.();
-    },
-    status: () => {},
-  });
+  const unsubscribe = await listened(
+    manager.feed.listen(id, 0, {
+      event: ({ event }: LoggedEvent) => {
+        if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
+        idle = event.id;
+        wake?.();
+      },
+      status: () => {},
+    }),
+  );
   try {
     // Start-up may have ended before the subscription: its last stored event is the idle state fact.
     for (;;) {

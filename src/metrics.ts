@@ -4,8 +4,7 @@ import {
   type AppendOptions,
   type AppendResult,
   type EventLog,
-  type FollowHandlers,
-  type LogFollower,
+  type LogSubscription,
 } from './store/index.ts';
 import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
 
@@ -166,8 +165,8 @@ class MeasuredLog implements EventLog {
     return this.#log.last(conversationId);
   }
 
-  follow(handlers: FollowHandlers): LogFollower {
-    return this.#log.follow(handlers);
+  subscribe(...args: Parameters<EventLog['subscribe']>): LogSubscription {
+    return this.#log.subscribe(...args);
   }
 
   purge(conversationId: string): Promise<void> {

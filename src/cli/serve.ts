@@ -68,7 +68,10 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     });
     const { replicas } = config;
     const opened = await whileJetStreamStarts(config, logger, async () => ({
-      stores: await jetStreamStores(connection, { replicas }),
+      stores: await jetStreamStores(connection, {
+        replicas,
+        onFollowError: (err) => logger.warn('the live feed failed; it starts again where it stopped', errorFields(err)),
+      }),
       // Sealed where every node reads them; a shared NATS without a key refuses secrets (another node could not use them).
       secrets: config.secretsKey
         ? await kvSecretStore(connection, { key: config.secretsKey, replicas })

@@ -11,14 +11,14 @@ import {
 import { errorFields, type Logger } from '../logger.ts';
 import type { StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
-import type { EventLog } from '../store/index.ts';
-import type { ConversationFeed } from '../queries/conversationFeed.ts';
+import type { EventLog, StatusChannel } from '../store/index.ts';
 import { answerOf, outcomeOf, STATUS } from './effectResults.ts';
 import { IllegalTransitionError, SessionClosedError, TetherError } from '../errors.ts';
 
 export interface EffectDeps {
   log: EventLog;
-  feed: ConversationFeed;
+  /** Transient status frames to every node's clients of the conversation (never stored). */
+  status: StatusChannel;
   agent: Agent;
   runtimes: RuntimeProvider;
   clock: () => Date;
@@ -145,7 +145,7 @@ export class EffectRunner {
   }
 
   #status(frame: Omit<StatusFrame, 'type'>): void {
-    this.#deps.feed.publishStatus(this.#host.conversationId, { type: 'status', ...frame });
+    this.#deps.status.publish(this.#host.conversationId, { type: 'status', ...frame });
   }
 
   /**

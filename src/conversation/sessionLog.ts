@@ -10,7 +10,6 @@ import {
   type SnapshotRecord,
   type SnapshotStore,
 } from '../store/index.ts';
-import type { ConversationFeed } from '../queries/conversationFeed.ts';
 import { SessionClosedError } from '../errors.ts';
 
 /** Events per read when the agent's context is rebuilt from the log: the memory it takes is one page. */
@@ -23,7 +22,6 @@ export interface SubmitResult {
 
 export interface SessionLogDeps {
   log: EventLog;
-  feed: ConversationFeed;
   agent: Agent;
   snapshots: SnapshotStore;
   snapshotEvery: number;
@@ -131,11 +129,7 @@ export class SessionLog {
       this.#nextEventId = event.id + 1;
       this.#sinceSnapshot += 1;
       this.#lastActivity = Date.parse(event.ts);
-      if (this.#context) {
-        this.#context.observe(event);
-      }
-      // This node's clients need not wait for the event to come back through the log.
-      this.#deps.feed.delivered(this.#conversationId, { seq: result.seq, event });
+      this.#context?.observe(event);
       return result;
     } catch (err) {
       const reason = err instanceof VersionConflictError ? 'another writer appended to it' : 'the event log failed';

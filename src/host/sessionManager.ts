@@ -19,8 +19,9 @@ import {
   type CheckpointStore,
   type ConversationEntry,
   type ReadPage,
+  type StatusChannel,
 } from '../store/index.ts';
-import { ConversationFeed, type FeedListener } from '../queries/conversationFeed.ts';
+import { ConversationFeed } from '../queries/conversationFeed.ts';
 import { ConversationReads, type ConnectPoint, type ConversationPage } from '../queries/conversationReads.ts';
 import { ConversationForks } from './forking.ts';
 import { ConversationNotFoundError, IllegalTransitionError, NodeDrainingError, SessionClosedError } from '../errors.ts';
@@ -48,6 +49,7 @@ export class SessionManager {
   readonly #clock: () => Date;
   readonly #startedAt: string;
   readonly #logger: Logger;
+  readonly #status: StatusChannel;
   readonly #live = new Map<string, Session>();
   readonly #loading = new Map<string, Promise<Session>>();
   readonly #leaving = new Map<string, Promise<void>>();
@@ -80,10 +82,8 @@ export class SessionManager {
     this.#startedAt = this.#clock().toISOString();
     this.#secrets = new SecretKeeper(deps.secrets);
     this.#logger = maskingLogger(deps.logger ?? silentLogger, () => this.#secrets.values());
-    this.feed = new ConversationFeed(deps.log, deps.status ?? memoryStatusChannel(), this.#logger, (id) => {
-      const live = this.#live.get(id);
-      return live !== undefined && !live.closed;
-    });
+    this.#status = deps.status ?? memoryStatusChannel();
+    this.feed = new ConversationFeed(deps.log, this.#status);
     this.#checkpoints = deps.checkpoints ?? memoryCheckpointStore();
     this.#reads = new ConversationReads({ ...deps, checkpoints: this.#checkpoints }, (id) => this.#live.get(id));
     this.#forks = new ConversationForks({
@@ -99,7 +99,6 @@ export class SessionManager {
       sessionDeps: (id, known) => this.#sessionDeps(id, known),
       adopt: (session) => {
         this.#live.set(session.conversationId, session);
-        this.feed.refresh(session.conversationId);
         // Copied while the node began to drain: it leaves with the others.
         if (this.#draining) void this.passivate(session.conversationId, 'shutdown');
       },
@@ -190,7 +189,6 @@ export class SessionManager {
       start_timeout_ms: this.limits.startTimeoutMs,
     }).finally(() => this.#creating.delete(conversationId));
     this.#live.set(conversationId, session);
-    this.feed.refresh(conversationId);
     if (body.initial_message !== undefined) {
       await session.act({ type: 'message', content: body.initial_message });
     }
@@ -321,7 +319,6 @@ export class SessionManager {
         .finally(async () => {
           this.#leaving.delete(conversationId);
           if (this.#live.get(conversationId) === session) this.#live.delete(conversationId);
-          this.feed.refresh(conversationId);
           // Out of memory: the node that needs it next claims it.
           await this.#claimStep(conversationId, async () => {
             if (!this.#live.has(conversationId) && !this.#loading.has(conversationId))
@@ -365,7 +362,6 @@ export class SessionManager {
       }),
     );
     this.#live.delete(conversationId);
-    this.feed.refresh(conversationId);
     await session?.close('deleted');
     await this.#purge(conversationId, user);
   }
@@ -388,11 +384,6 @@ export class SessionManager {
 
   #newId(): string {
     return this.#deps.newId?.() ?? randomUUID().replaceAll('-', '');
-  }
-
-  /** Listens to a conversation's events and status frames, from the log, whichever node writes them. */
-  subscribe(conversationId: string, listener: FeedListener): Promise<() => void> {
-    return this.feed.subscribe(conversationId, listener);
   }
 
   isLive(conversationId: string): boolean {
@@ -447,7 +438,7 @@ export class SessionManager {
     await this.#recovery.settled();
     await this.#stopServing?.();
     if (ownership instanceof ClusterOwnership) await ownership.stop({ leave: true });
-    await this.feed.stop();
+    this.feed.stop();
   }
 
   /** Waits until no live session has a command out, for at most `ms`. */
@@ -463,7 +454,6 @@ export class SessionManager {
     this.#live.clear();
     for (const session of sessions) {
       this.#ownership.forget(session.conversationId);
-      this.feed.refresh(session.conversationId);
       void session.close(reason);
     }
     if (sessions.length > 0) this.#logger.warn('sessions stopped', { count: sessions.length, reason });
@@ -511,7 +501,6 @@ export class SessionManager {
     await this.#secrets.load(id);
     const session = await Session.restore(id, this.#sessionDeps(id, entry), loaded.state, loaded.from, loaded.folded);
     this.#live.set(id, session);
-    this.feed.refresh(id);
     this.#logger.info('session rehydrated', {
       conversation_id: id,
       from: loaded.from,
@@ -535,7 +524,7 @@ export class SessionManager {
   #sessionDeps(conversationId: string, known?: ConversationEntry): SessionDeps {
     return {
       log: this.#deps.log,
-      feed: this.feed,
+      status: this.#status,
       snapshots: this.#deps.snapshots,
       snapshotEvery: this.limits.snapshotEvery,
       checkpoints: this.#checkpoints,
@@ -562,7 +551,6 @@ export class SessionManager {
       onClosed: (session) => {
         if (this.#live.get(conversationId) === session && !this.#leaving.has(conversationId))
           this.#live.delete(conversationId);
-        this.feed.refresh(conversationId);
       },
     };
   }

@@ -1,7 +1,8 @@
 import { type RawData, type WebSocket } from 'ws';
 import { errorFields } from '../logger.ts';
 import { ClientFrame, eventBytes, type LoggedEvent, type ServerFrame, type StatusFrame } from '../../protocol/index.ts';
-import type { ConnectPoint, FeedListener } from '../host/index.ts';
+import type { ConnectPoint } from '../host/index.ts';
+import type { FeedMember } from '../queries/conversationFeed.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
 import type { WsGatewayOptions } from './wsGateway.ts';
 
@@ -51,11 +52,13 @@ function sendEventFrame(ws: WebSocket, logged: LoggedEvent): void {
 }
 
 /**
- * One client's connection to one conversation: its cursor, its frame budget and
- * its actions, in order. Its methods are shared by every connection, so an idle
- * connection (its session hibernated) costs its fields and little else.
+ * One client's connection to one conversation: a pipe from the conversation's
+ * feed to its socket (`sync`, then every stored event after its cursor from
+ * the log's gapless subscription, and status frames), its frame budget and
+ * its actions, in order. Its methods are shared by every connection, so an
+ * idle connection (its session hibernated) costs its fields and little else.
  */
-export class ClientConnection implements FeedListener {
+export class ClientConnection {
   readonly #ws: WebSocket;
   readonly #options: WsGatewayOptions;
   #tokens: number;
@@ -65,17 +68,12 @@ export class ClientConnection implements FeedListener {
   #early: Array<[RawData, boolean]> | null = [];
   #conversationId = '';
   #user = '';
-  #cursor = 0;
-  /** The id of the last event the client has: the next one must be this plus one, or events were missed. */
-  #lastEventId = -1;
-  /** Live events that came while history is sent (at the start, or to fill a gap); null when none is. */
-  #buffer: LoggedEvent[] | null = [];
-  #unsubscribe: (() => void) | null = null;
+  #member: FeedMember | null = null;
   #stopped = false;
-  /** A resync asked for while history was being sent: it runs once that is done. */
-  #resyncAfter = false;
   /** Status frames that came before `sync` (which is the first frame a client gets); null once it is sent. */
   #heldStatus: StatusFrame[] | null = [];
+  /** The wait for the socket to drain while the client reads stored events at its own pace; null when none. */
+  #pacing: Promise<void> | null = null;
   #actions: Promise<unknown> = Promise.resolve();
 
   constructor(ws: WebSocket, options: WsGatewayOptions) {
@@ -85,21 +83,18 @@ export class ClientConnection implements FeedListener {
   }
 
   /**
-   * Subscribes first and buffers, then reads where the conversation stands
-   * (the high-water mark; a missing or foreign conversation rejects with
-   * ConversationNotFoundError): the feed delivers every event stored once the
-   * subscription is made, so an event stored meanwhile is either in the
-   * history read or in the buffer. Then `sync`, the history in pages, the
-   * buffer, and the frames that waited.
+   * Joins the conversation's feed (status frames from now on are held until
+   * `sync`), reads where it stands (a missing or foreign conversation rejects
+   * with ConversationNotFoundError), sends `sync`, then pipes every stored
+   * event after the cursor: the log's subscription delivers each once and in
+   * order, the stored ones at the client's pace, then live ones.
    */
   async start(conversationId: string, user: string, afterSeq: number): Promise<void> {
     const ws = this.#ws;
     this.#conversationId = conversationId;
     this.#user = user;
-    this.#cursor = afterSeq;
-    const unsubscribe = await this.#options.manager.subscribe(conversationId, this);
-    if (this.#stopped) return unsubscribe();
-    this.#unsubscribe = unsubscribe;
+    if (this.#stopped) return;
+    const member = (this.#member = this.#options.manager.feed.join(conversationId, (frame) => this.#status(frame)));
     let at: ConnectPoint;
     try {
       at = await this.#options.manager.connect(conversationId, user);
@@ -112,10 +107,7 @@ export class ClientConnection implements FeedListener {
     const held = this.#heldStatus ?? [];
     this.#heldStatus = null;
     for (const frame of held) send(ws, frame);
-    if (!(await this.#sendHistory(at.throughSeq))) return;
-    // Caught up to the high-water mark: the client has the event at it.
-    if (this.#cursor >= at.throughSeq) this.#lastEventId = Math.max(this.#lastEventId, at.lastEventId);
-    this.#flush();
+    member.follow(afterSeq, { event: (logged) => this.#event(logged), failed: (err) => this.#failed(err) });
     const early = this.#early ?? [];
     this.#early = null;
     for (const [data, isBinary] of early) this.#handle(data, isBinary);
@@ -141,110 +133,52 @@ export class ClientConnection implements FeedListener {
   /** The socket closed: no more events. */
   stop(): void {
     this.#stopped = true;
-    this.#unsubscribe?.();
-    this.#unsubscribe = null;
-  }
-
-  event(logged: LoggedEvent): void {
-    if (this.#buffer) this.#buffer.push(logged);
-    else this.#live(logged);
-  }
-
-  /** The feed may have missed events (its follow started only now): the log gives what came after the cursor. */
-  resync(): void {
-    if (this.#stopped) return;
-    if (this.#buffer) {
-      this.#resyncAfter = true;
-      return;
-    }
-    this.#buffer = [];
-    void this.#fillGap();
+    this.#member?.leave();
+    this.#member = null;
   }
 
   /**
-   * A live event: sent when it is the next one. One that skips an event id
-   * means the feed missed some (it fell behind, or started again past them):
-   * the client gets them from the log first, then the live ones again.
+   * Sends one event. A client that stops reading must not make the server
+   * buffer without bound: past the budget it is closed and reconnects with
+   * its cursor, losing nothing. Past half of it the socket is given time to
+   * drain (the subscription waits for that while the client catches up on
+   * stored events; live events are not held back).
    */
-  #live(logged: LoggedEvent): void {
-    if (logged.seq <= this.#cursor) {
-      this.#lastEventId = Math.max(this.#lastEventId, logged.event.id);
-      return;
-    }
-    if (logged.event.id <= this.#lastEventId + 1 || this.#lastEventId < 0) return this.#send(logged);
-    this.#buffer = [logged];
-    void this.#fillGap();
-  }
-
-  async #fillGap(): Promise<void> {
-    try {
-      if (await this.#sendHistory(Number.MAX_SAFE_INTEGER)) this.#flush();
-    } catch (err) {
-      this.#options.logger.error('filling a gap in the live feed failed', {
-        conversation_id: this.#conversationId,
-        ...errorFields(err),
-      });
-      this.stop();
-      this.#ws.close(CLOSE.internal, 'internal error: reconnect with your cursor');
-    }
-  }
-
-  /** Sends what was buffered while history went out; a gap among it starts another fill (and buffers the rest). */
-  #flush(): void {
-    const buffered = this.#buffer ?? [];
-    this.#buffer = null;
-    for (const logged of buffered) this.event(logged);
-    if (this.#resyncAfter && !this.#buffer) {
-      this.#resyncAfter = false;
-      this.resync();
-    }
-  }
-
-  /**
-   * Sends the stored events after the cursor up to `throughSeq`, in pages, at
-   * the pace the client reads them: it waits for the socket to drain instead
-   * of treating a reading client as slow. False when the client was closed.
-   */
-  async #sendHistory(throughSeq: number): Promise<boolean> {
+  #event(logged: LoggedEvent): Promise<void> | undefined {
     const ws = this.#ws;
+    if (this.#stopped || ws.readyState !== ws.OPEN) return undefined;
+    sendEventFrame(ws, logged);
     const maxPending = this.#maxPending();
-    const pageSize = this.#options.replayPageSize ?? 100;
-    for (;;) {
-      if (this.#cursor >= throughSeq || ws.readyState !== ws.OPEN) return ws.readyState === ws.OPEN;
-      const page = await this.#options.manager.events(this.#conversationId, this.#user, {
-        afterSeq: this.#cursor,
-        limit: pageSize,
-      });
-      for (const logged of page.items) {
-        if (logged.seq > throughSeq) return true;
-        if (ws.bufferedAmount > maxPending / 2 && !(await drained(ws, maxPending / 4))) {
-          this.stop();
-          ws.close(CLOSE.slowConsumer, 'slow consumer: reconnect with your cursor');
-          return false;
-        }
-        this.#send(logged);
-      }
-      if (!page.hasMore || page.items.length === 0) return ws.readyState === ws.OPEN;
+    if (ws.bufferedAmount > maxPending) {
+      this.#closeSlow();
+      return undefined;
     }
+    if (ws.bufferedAmount <= maxPending / 2) return undefined;
+    this.#pacing ??= drained(ws, maxPending / 4).then((open) => {
+      this.#pacing = null;
+      if (!open) this.#closeSlow();
+    });
+    return this.#pacing;
   }
 
-  status(frame: StatusFrame): void {
+  #closeSlow(): void {
+    this.stop();
+    this.#ws.close(CLOSE.slowConsumer, 'slow consumer: reconnect with your cursor');
+  }
+
+  /** The log could not be read for this client: it reconnects with its cursor. */
+  #failed(err: unknown): void {
+    this.#options.logger.error('reading the log for a client failed', {
+      conversation_id: this.#conversationId,
+      ...errorFields(err),
+    });
+    this.stop();
+    this.#ws.close(CLOSE.internal, 'internal error: reconnect with your cursor');
+  }
+
+  #status(frame: StatusFrame): void {
     if (this.#heldStatus) this.#heldStatus.push(frame);
     else send(this.#ws, frame);
-  }
-
-  #send(logged: LoggedEvent): void {
-    const ws = this.#ws;
-    if (logged.seq <= this.#cursor || ws.readyState !== ws.OPEN) return;
-    this.#cursor = logged.seq;
-    this.#lastEventId = logged.event.id;
-    sendEventFrame(ws, logged);
-    // A client that stops reading must not make the server buffer without bound.
-    // It reconnects with its cursor and loses nothing.
-    if (ws.bufferedAmount > this.#maxPending()) {
-      this.stop();
-      ws.close(CLOSE.slowConsumer, 'slow consumer: reconnect with your cursor');
-    }
   }
 
   #handle(data: RawData, isBinary: boolean): void {

@@ -30,7 +30,28 @@ export interface ReadPage {
   hasMore: boolean;
 }
 
-/** What a follower of the whole log is told. */
+/** What a subscriber of one conversation is told. */
+export interface LogSubscriber {
+  /**
+   * Each stored event after the cursor, once and in order: the stored ones
+   * first, then live ones as they are appended. While stored events are being
+   * caught up on, a returned promise holds the next one back until it settles
+   * (the subscriber's pace); live events are never held back.
+   */
+  event(logged: LoggedEvent): void | Promise<void>;
+  /** The subscription cannot go on (a read of the log failed) and has ended: subscribe again from the last seq received. */
+  failed(err: unknown): void;
+}
+
+/** One subscriber's subscription to a conversation. */
+export interface LogSubscription {
+  /** Resolves once every event stored after the cursor at subscription time has been delivered. */
+  readonly caughtUp: Promise<void>;
+  /** No more events. */
+  close(): void;
+}
+
+/** What the one follow of the whole log (inside a store) is told. */
 export interface FollowHandlers {
   /** Whether the follower wants this event of a conversation; the others are skipped without being parsed. */
   wants(conversationId: string, seq: number): boolean;
@@ -40,7 +61,7 @@ export interface FollowHandlers {
   error?(err: unknown): void;
 }
 
-/** A follow of every conversation's events. */
+/** The one follow of every conversation's events that feeds a store's subscriptions. */
 export interface LogFollower {
   /** Resolves once every event appended from now on will be delivered. */
   readonly ready: Promise<void>;
@@ -59,8 +80,13 @@ export interface EventLog {
   lastSeq(conversationId: string): Promise<number>;
   /** The conversation's last event, undefined when it has none. One direct read, no consumer. */
   last(conversationId: string): Promise<LoggedEvent | undefined>;
-  /** Follows every conversation's events appended from now on (a node's one live feed). */
-  follow(handlers: FollowHandlers): LogFollower;
+  /**
+   * The conversation's events stored after `afterSeq`, then the live ones as
+   * they are appended, each once and in order, whichever node appends them
+   * and across a reconnect of this node to NATS. Every subscription of a
+   * process is fed by one follow of the whole log.
+   */
+  subscribe(conversationId: string, afterSeq: number, subscriber: LogSubscriber): LogSubscription;
   /** Removes every event of the conversation. */
   purge(conversationId: string): Promise<void>;
 }

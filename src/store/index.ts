@@ -8,6 +8,8 @@ export type {
   EventLog,
   FollowHandlers,
   LogFollower,
+  LogSubscriber,
+  LogSubscription,
   ReadOptions,
   ReadPage,
 } from './eventLog.ts';
@@ -55,7 +57,13 @@ export { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
 export { CheckpointRecord, type CheckpointStore } from './checkpointStore.ts';
 export { KvCheckpointStore, kvCheckpointStore, DEFAULT_CHECKPOINT_BUCKET } from './kvCheckpointStore.ts';
 export { MemoryCheckpointStore, memoryCheckpointStore } from './memoryCheckpointStore.ts';
-export { jetStreamStores, memoryStores, type Stores, type JetStreamStoreNames } from './stores.ts';
+export {
+  jetStreamStores,
+  memoryStores,
+  type Stores,
+  type JetStreamStoreNames,
+  type JetStreamStoreOptions,
+} from './stores.ts';
 export { KvSnapshotStore, kvSnapshotStore, DEFAULT_SNAPSHOT_BUCKET } from './kvSnapshotStore.ts';
 export { MemorySnapshotStore, memorySnapshotStore } from './memorySnapshotStore.ts';
 export {

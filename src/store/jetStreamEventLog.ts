@@ -13,9 +13,13 @@ import type {
   EventLog,
   FollowHandlers,
   LogFollower,
+  LogSubscriber,
+  LogSubscription,
   ReadOptions,
   ReadPage,
 } from './eventLog.ts';
+import { LogSubscriptions } from './logSubscriptions.ts';
+import { assertConversationId } from './assertConversationId.ts';
 import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
 import { JetStreamFollower } from './jetStreamFollower.ts';
@@ -32,7 +36,10 @@ import { toStoreError } from './natsErrors.ts';
 import { OrderedConsumers } from './orderedConsumers.ts';
 
 /** Stream name (default `TETHER_EVENTS`), subject prefix (default `tether.conv`) and replicas (default 1). */
-export type JetStreamEventLogOptions = EventStreamOptions;
+export interface JetStreamEventLogOptions extends EventStreamOptions {
+  /** Told when the follow that feeds subscriptions failed; it starts again where it stopped, nothing is skipped. */
+  onFollowError?: (err: unknown) => void;
+}
 
 /** A read that receives nothing for this long while messages are pending means the subject was purged under us. */
 const READ_STALL_MS = 10_000;
@@ -65,6 +72,7 @@ export class JetStreamEventLog implements EventLog {
   readonly #nc: NatsConnection;
   readonly #consumers: OrderedConsumers;
   readonly #jsm: JetStreamManager;
+  readonly #subscriptions: LogSubscriptions;
   // Made at the first append: a log opened by a start attempt that then failed holds no subscription or timer.
   #publisherMade: JetStreamPublisher | undefined;
 
@@ -74,6 +82,7 @@ export class JetStreamEventLog implements EventLog {
     this.#nc = nc;
     this.#consumers = new OrderedConsumers(nc);
     this.#jsm = jsm;
+    this.#subscriptions = new LogSubscriptions(this, options.onFollowError);
   }
 
   get #publisher(): JetStreamPublisher {
@@ -146,6 +155,12 @@ export class JetStreamEventLog implements EventLog {
     }
   }
 
+  subscribe(conversationId: string, afterSeq: number, subscriber: LogSubscriber): LogSubscription {
+    assertConversationId(conversationId);
+    return this.#subscriptions.subscribe(conversationId, afterSeq, subscriber);
+  }
+
+  /** One ordered consumer of every conversation's events appended from now on: what feeds the subscriptions. */
   follow(handlers: FollowHandlers): LogFollower {
     return new JetStreamFollower(
       {

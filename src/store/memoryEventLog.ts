@@ -5,9 +5,12 @@ import type {
   EventLog,
   FollowHandlers,
   LogFollower,
+  LogSubscriber,
+  LogSubscription,
   ReadOptions,
   ReadPage,
 } from './eventLog.ts';
+import { LogSubscriptions } from './logSubscriptions.ts';
 import { assertConversationId } from './assertConversationId.ts';
 import { VersionConflictError } from './errors.ts';
 import { DUPLICATE_WINDOW_MS, readRange, scopedMsgId } from './eventLogRules.ts';
@@ -39,6 +42,7 @@ export class MemoryEventLog implements EventLog {
   /** Insertion order is time order: expired entries are pruned from the front. */
   readonly #seen = new Map<string, { seq: number; at: number }>();
   readonly #followers = new Set<FollowHandlers>();
+  readonly #subscriptions = new LogSubscriptions(this);
   #lastSeq = 0;
 
   constructor(options: MemoryEventLogOptions = {}) {
@@ -90,6 +94,12 @@ export class MemoryEventLog implements EventLog {
     return message === undefined ? undefined : toLoggedEvent(message);
   }
 
+  subscribe(conversationId: string, afterSeq: number, subscriber: LogSubscriber): LogSubscription {
+    assertConversationId(conversationId);
+    return this.#subscriptions.subscribe(conversationId, afterSeq, subscriber);
+  }
+
+  /** Every conversation's events appended from now on, delivered inside the append that stores them. */
   follow(handlers: FollowHandlers): LogFollower {
     this.#followers.add(handlers);
     return {

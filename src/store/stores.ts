@@ -8,7 +8,7 @@ import { kvConversationStore } from './kvConversationStore.ts';
 import { kvSnapshotStore } from './kvSnapshotStore.ts';
 import { memoryCheckpointStore } from './memoryCheckpointStore.ts';
 import { memoryConversationStore } from './memoryConversationStore.ts';
-import { memoryEventLog } from './memoryEventLog.ts';
+import { memoryEventLog, type MemoryEventLog } from './memoryEventLog.ts';
 import { memorySnapshotStore } from './memorySnapshotStore.ts';
 import type { SnapshotStore } from './snapshotStore.ts';
 import { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
@@ -38,13 +38,20 @@ export interface JetStreamStoreNames {
   checkpointBucket?: string;
 }
 
+export interface JetStreamStoreOptions extends JetStreamStoreNames, Replication {
+  /** Told when the event log's follow failed; it starts again where it stopped (see JetStreamEventLogOptions). */
+  onFollowError?: (err: unknown) => void;
+}
+
 /** The stores on JetStream and KV, creating the stream and buckets when missing and bringing their replicas to `names.replicas`. */
-export async function jetStreamStores(
-  nc: NatsConnection,
-  names: JetStreamStoreNames & Replication = {},
-): Promise<Stores> {
+export async function jetStreamStores(nc: NatsConnection, names: JetStreamStoreOptions = {}): Promise<Stores> {
   const [log, conversations, snapshots, checkpoints] = await Promise.all([
-    jetStreamEventLog(nc, { stream: names.stream, subjectPrefix: names.subjectPrefix, replicas: names.replicas }),
+    jetStreamEventLog(nc, {
+      stream: names.stream,
+      subjectPrefix: names.subjectPrefix,
+      replicas: names.replicas,
+      onFollowError: names.onFollowError,
+    }),
     kvConversationStore(nc, { bucket: names.conversationBucket, replicas: names.replicas }),
     kvSnapshotStore(nc, { bucket: names.snapshotBucket, replicas: names.replicas }),
     kvCheckpointStore(nc, { bucket: names.checkpointBucket, replicas: names.replicas }),
@@ -53,7 +60,7 @@ export async function jetStreamStores(
 }
 
 /** The in-memory twins: for tests and for trying Tether without NATS. */
-export function memoryStores(): Stores {
+export function memoryStores(): Stores & { log: MemoryEventLog } {
   return {
     log: memoryEventLog(),
     conversations: memoryConversationStore(),

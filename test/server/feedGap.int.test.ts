@@ -5,23 +5,22 @@ import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { memoryStores, type EventLog } from '../../src/store/index.ts';
 import { createTether, type Tether } from '../../src/tether.ts';
 import { WsClient } from '../support/wsClient.ts';
+import { wrapLog, type FollowableLog } from '../support/wrapLog.ts';
 
 const tethers: Tether[] = [];
 afterEach(async () => {
   await Promise.all(tethers.splice(0).map((t) => t.close()));
 });
 
-/** A log whose live feed loses the events `drop` picks, as a feed that fell behind or restarted past them would. */
-function lossyFeed(log: EventLog, drop: (logged: LoggedEvent) => boolean): { log: EventLog; dropped: LoggedEvent[] } {
+/** A log whose follow loses the events `drop` picks, as a follow that fell behind or restarted past them would. */
+function lossyFeed(
+  log: FollowableLog,
+  drop: (logged: LoggedEvent) => boolean,
+): { log: EventLog; dropped: LoggedEvent[] } {
   const dropped: LoggedEvent[] = [];
   return {
     dropped,
-    log: {
-      append: (event, options) => log.append(event, options),
-      read: (id, options) => log.read(id, options),
-      lastSeq: (id) => log.lastSeq(id),
-      last: (id) => log.last(id),
-      purge: (id) => log.purge(id),
+    log: wrapLog(log, {
       follow: (handlers) =>
         log.follow({
           ...handlers,
@@ -30,12 +29,12 @@ function lossyFeed(log: EventLog, drop: (logged: LoggedEvent) => boolean): { log
             else handlers.event(conversationId, logged);
           },
         }),
-    },
+    }),
   };
 }
 
 describe('the live feed misses events', () => {
-  it('a client of another node still gets every event once and in order: the next event after a gap makes its connection read the gap from the log', async () => {
+  it('a client of another node still gets every event once and in order: the next event after a gap makes its subscription read the gap from the log', async () => {
     // Two Tethers on the same stores: A runs the session, B's client gets A's events through B's follow of the log.
     const stores = memoryStores();
     // The agent's messages and its `running` states are lost on the way to the clients; the
@@ -76,26 +75,24 @@ describe('the live feed misses events', () => {
 
 describe('a status frame while a client joins', () => {
   it('reaches the client after `sync`, which stays its first frame', async () => {
-    // B's client joins a conversation A runs, so B starts its follow of the log; a
+    // B's client joins a conversation A runs, so B reads where it stands from the log; a
     // status frame published meanwhile (as one over NATS can be) must wait for `sync`.
     const stores = memoryStores();
     const status: StatusFrame = { type: 'status', level: 'info', id: 'STATUS$TEST_WHILE_JOINING', message: 'joining' };
-    const log: EventLog = {
-      append: (event, options) => stores.log.append(event, options),
-      read: (id, options) => stores.log.read(id, options),
-      lastSeq: (id) => stores.log.lastSeq(id),
-      last: (id) => stores.log.last(id),
-      purge: (id) => stores.log.purge(id),
-      follow: (handlers) => {
-        stores.status.publish('conv1', status);
-        return stores.log.follow(handlers);
+    let joining = false;
+    const log = wrapLog(stores.log, {
+      read: (id, options) => {
+        if (joining) stores.status.publish('conv1', status);
+        joining = false;
+        return stores.log.read(id, options);
       },
-    };
+    });
     const a = createTether({ stores, runtimes: memoryRuntimeProvider(), agent: scriptedAgent(), newId: () => 'conv1' });
     const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
     tethers.push(a, b);
     const { port } = await b.listen(0, '127.0.0.1');
     await a.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    joining = true;
     const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
     await ws.waitFor((f) => f.type === 'status' && f.id === status.id, { what: 'the status frame' });
     expect(ws.frames.map((f) => f.type).slice(0, 2)).toEqual(['sync', 'status']);
@@ -110,8 +107,7 @@ describe('an event stored while a client joins', () => {
     const stores = memoryStores();
     const a = createTether({ stores, runtimes: memoryRuntimeProvider(), agent: scriptedAgent(), newId: () => 'conv1' });
     let during: (() => Promise<void>) | null = null;
-    const log: EventLog = {
-      append: (event, options) => stores.log.append(event, options),
+    const log = wrapLog(stores.log, {
       read: async (id, options) => {
         const page = await stores.log.read(id, options);
         const work = during;
@@ -119,11 +115,7 @@ describe('an event stored while a client joins', () => {
         await work?.();
         return page;
       },
-      lastSeq: (id) => stores.log.lastSeq(id),
-      last: (id) => stores.log.last(id),
-      purge: (id) => stores.log.purge(id),
-      follow: (handlers) => stores.log.follow(handlers),
-    };
+    });
     const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
     tethers.push(a, b);
     const { port } = await b.listen(0, '127.0.0.1');

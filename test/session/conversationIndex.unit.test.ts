@@ -4,6 +4,7 @@ import type { StoredEvent } from '../../protocol/index.ts';
 import { SessionManager } from '../../src/host/index.ts';
 import { memoryStores, type EventLog, type Stores } from '../../src/store/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
+import { wrapLog } from '../support/wrapLog.ts';
 import { CountingLog } from '../support/countingLog.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
@@ -74,15 +75,17 @@ describe('the conversation index', () => {
     const stores = memoryStores();
     const gate = gatedAgent();
     const markerAtAppend: Array<[string, boolean | undefined]> = [];
-    const log: EventLog = Object.create(stores.log) as EventLog;
-    log.follow = (handlers) => stores.log.follow(handlers);
-    log.append = async (event: StoredEvent, options) => {
-      if (event.type === 'agent_state_changed') {
-        const marker = (await stores.conversations.markers()).find((m) => m.conversation_id === event.conversation_id);
-        markerAtAppend.push([event.data.state, marker?.unsettled]);
-      }
-      return stores.log.append(event, options);
-    };
+    const log = wrapLog(stores.log, {
+      append: async (event: StoredEvent, options) => {
+        if (event.type === 'agent_state_changed') {
+          const marker = (await stores.conversations.markers()).find(
+            (m) => m.conversation_id === event.conversation_id,
+          );
+          markerAtAppend.push([event.data.state, marker?.unsettled]);
+        }
+        return stores.log.append(event, options);
+      },
+    });
     const m = manager(stores, () => gate.agent, log);
     const { conversation_id: id } = await m.create('ada', defaults);
     await until(async () => (await stores.conversations.get('ada', id))?.state === 'awaiting_user_input');

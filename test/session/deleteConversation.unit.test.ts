@@ -4,6 +4,7 @@ import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { ConversationNotFoundError } from '../../src/host/index.ts';
 import { memoryEventLog, type EventLog } from '../../src/store/index.ts';
+import { wrapLog } from '../support/wrapLog.ts';
 import { logViolations } from '../properties/logChecks.ts';
 
 /** A memory log that keeps what each conversation's log held when it was purged; `failPurges` purges fail first. */
@@ -11,12 +12,7 @@ function recordingLog(failPurges = 0): { log: EventLog; purged: Map<string, Stor
   const inner = memoryEventLog();
   const purged = new Map<string, StoredEvent[]>();
   let failures = failPurges;
-  const log: EventLog = {
-    append: (event, options) => inner.append(event, options),
-    read: (id, options) => inner.read(id, options),
-    lastSeq: (id) => inner.lastSeq(id),
-    last: (id) => inner.last(id),
-    follow: (handlers) => inner.follow(handlers),
+  const log = wrapLog(inner, {
     purge: async (id) => {
       if (failures-- > 0) throw new Error('the store is down');
       purged.set(
@@ -25,7 +21,7 @@ function recordingLog(failPurges = 0): { log: EventLog; purged: Map<string, Stor
       );
       return inner.purge(id);
     },
-  };
+  });
   return { log, purged };
 }
 
@@ -54,7 +50,7 @@ describe('deleting a conversation', () => {
       const { conversation_id: id } = await m.create('local', body);
       await idle(id);
       const followed: LoggedEvent[] = [];
-      await m.subscribe(id, { event: (e) => followed.push(e), status: () => {} });
+      await m.feed.listen(id, await log.lastSeq(id), { event: (e) => followed.push(e) }).caughtUp;
 
       await m.delete(id, 'local');
 

@@ -30,7 +30,7 @@ async function setup() {
   });
   const { conversation_id: id } = await m.create('local', defaults);
   const statuses: StatusFrame[] = [];
-  await m.subscribe(id, { event: () => {}, status: (frame) => statuses.push(frame) });
+  m.feed.listen(id, 0, { event: () => {}, status: (frame) => statuses.push(frame) });
   const state = async () => (await m.session(id, 'local')).state;
   await until(async () => (await state()) === 'awaiting_user_input', 'the start');
   const events = async (): Promise<StoredEvent[]> => (await log.read(id)).items.map((i) => i.event);

@@ -14,9 +14,11 @@ import {
   StoreUnavailableError,
   type EventLog,
   type MemoryCheckpointStore,
+  type MemoryEventLog,
   type Stores,
 } from '../../src/store/index.ts';
 import { CountingLog } from '../support/countingLog.ts';
+import { wrapLog } from '../support/wrapLog.ts';
 import { until } from '../support/until.ts';
 
 const EVERY = 5;
@@ -28,7 +30,11 @@ function ids(): () => string {
 }
 
 function setup(
-  options: { log?: (inner: EventLog) => EventLog; agentFor?: (id: string) => Agent; handler?: CommandHandler } = {},
+  options: {
+    log?: (inner: MemoryEventLog) => EventLog;
+    agentFor?: (id: string) => Agent;
+    handler?: CommandHandler;
+  } = {},
 ) {
   const stores = memoryStores();
   const checkpoints = stores.checkpoints as MemoryCheckpointStore;
@@ -45,19 +51,6 @@ function setup(
       newId,
     });
   return { stores, checkpoints, log, manager };
-}
-
-/** `inner` with some of its methods replaced. */
-function wrapLog(inner: EventLog, replaced: Partial<EventLog>): EventLog {
-  return {
-    append: (event, options) => inner.append(event, options),
-    read: (id, options) => inner.read(id, options),
-    lastSeq: (id) => inner.lastSeq(id),
-    last: (id) => inner.last(id),
-    follow: (handlers) => inner.follow(handlers),
-    purge: (id) => inner.purge(id),
-    ...replaced,
-  };
 }
 
 async function events(log: EventLog, id: string): Promise<LoggedEvent[]> {

@@ -33,7 +33,7 @@ describe('too many running conversations for one user', () => {
     try {
       const { conversation_id: oldest } = await m.create('local', body);
       const frames: StatusFrame[] = [];
-      await m.subscribe(oldest, { event: () => {}, status: (frame) => frames.push(frame) });
+      m.feed.listen(oldest, 0, { event: () => {}, status: (frame) => frames.push(frame) });
       await until('the first conversation runs', async () => (await m.session(oldest, 'local')).state === 'running');
 
       await m.create('local', body);

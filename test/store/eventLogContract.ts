@@ -37,6 +37,38 @@ function logged(conversationId: string, seqs: number[], firstId = 0): LoggedEven
   return seqs.map((seq, i) => ({ seq, event: message(conversationId, firstId + i) }));
 }
 
+/** A subscriber that keeps what it gets; `pace` may hold an event's successor back. */
+export function collector(pace: (item: LoggedEvent) => Promise<void> | undefined = () => undefined) {
+  const items: LoggedEvent[] = [];
+  const failures: unknown[] = [];
+  let wake = () => {};
+  return {
+    items,
+    failures,
+    event(item: LoggedEvent): Promise<void> | undefined {
+      items.push(item);
+      wake();
+      return pace(item);
+    },
+    failed(err: unknown): void {
+      failures.push(err);
+      wake();
+    },
+    /** Resolves once `count` events came (rejects after 10 s, or on a failure). */
+    async until(count: number): Promise<void> {
+      const deadline = Date.now() + 10_000;
+      while (items.length < count) {
+        if (failures.length > 0) throw failures[0];
+        if (Date.now() > deadline) throw new Error(`${items.length} of ${count} events within 10 s`);
+        await new Promise<void>((resolve) => {
+          wake = resolve;
+          setTimeout(resolve, 50);
+        });
+      }
+    },
+  };
+}
+
 export function eventLogContract(name: string, makeLog: () => Promise<EventLog>): void {
   describe(`${name} honours the EventLog contract`, () => {
     test('appends get increasing sequences and read returns every event in append order', async () => {
@@ -179,46 +211,84 @@ export function eventLogContract(name: string, makeLog: () => Promise<EventLog>)
       expect(await log.read(b)).toEqual({ items: logged(b, seqsB), hasMore: false });
     });
 
-    test('a follow delivers every event appended once it is ready, of each conversation it wants, once and in order', async () => {
+    test('a subscription delivers the events stored after its cursor, then those appended later, each once and in order, and none of another conversation', async () => {
       const log = await makeLog();
-      const [a, b, skipped] = [newConversationId(), newConversationId(), newConversationId()];
-      await appendMany(log, a, 3);
-      const got: Array<{ conversationId: string; logged: LoggedEvent }> = [];
-      let wake = () => {};
-      const follower = log.follow({
-        wants: (conversationId) => conversationId !== skipped,
-        event: (conversationId, logged) => {
-          got.push({ conversationId, logged });
-          wake();
-        },
-      });
-      await follower.ready;
-      const expected: Array<{ conversationId: string; logged: LoggedEvent }> = [];
-      for (let id = 3; id < 23; id++) {
-        const [seqA] = await appendMany(log, a, 1, id);
-        expected.push({ conversationId: a, logged: { seq: seqA!, event: message(a, id) } });
-        await appendMany(log, skipped, 1, id - 3);
-        const [seqB] = await appendMany(log, b, 1, id - 3);
-        expected.push({ conversationId: b, logged: { seq: seqB!, event: message(b, id - 3) } });
+      const [c, other] = [newConversationId(), newConversationId()];
+      const seqs = await appendMany(log, c, 5);
+      const got = collector();
+      const subscription = log.subscribe(c, seqs[1]!, got);
+      await subscription.caughtUp;
+      expect(got.items).toEqual(logged(c, seqs.slice(2), 2));
+      for (let id = 5; id < 25; id++) {
+        seqs.push(...(await appendMany(log, c, 1, id)));
+        await appendMany(log, other, 1, id - 5);
       }
-      while (got.length < expected.length) await new Promise<void>((resolve) => (wake = resolve));
-      await follower.stop();
-      expect(got).toEqual(expected);
+      await got.until(seqs.length - 2);
+      subscription.close();
+      expect(got.items).toEqual(logged(c, seqs.slice(2), 2));
+      expect(got.failures).toEqual([]);
     });
 
-    test('stop ends a follow: events appended afterwards are not delivered', async () => {
+    test('a subscription from 0 of a conversation with no events yet gets its events as they are appended', async () => {
       const log = await makeLog();
       const c = newConversationId();
-      const got: LoggedEvent[] = [];
-      const follower = log.follow({ wants: () => true, event: (_, logged) => got.push(logged) });
-      await follower.ready;
+      const got = collector();
+      const subscription = log.subscribe(c, 0, got);
+      await subscription.caughtUp;
+      expect(got.items).toEqual([]);
+      const seqs = await appendMany(log, c, 3);
+      await got.until(3);
+      subscription.close();
+      expect(got.items).toEqual(logged(c, seqs));
+    });
+
+    test('events appended while a subscription catches up at its subscriber’s pace come after the stored ones, each once', async () => {
+      const log = await makeLog();
+      const c = newConversationId();
+      const seqs = await appendMany(log, c, 250);
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      const got = collector((item) => (item.event.id === 10 ? held : undefined));
+      const subscription = log.subscribe(c, 0, got);
+      await got.until(11);
+      // Held at event 10: more are stored meanwhile, and come live.
+      seqs.push(...(await appendMany(log, c, 30, 250)));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(got.items.length).toBe(11);
+      release();
+      await got.until(280);
+      await subscription.caughtUp;
+      subscription.close();
+      expect(got.items).toEqual(logged(c, seqs));
+    });
+
+    test('several subscriptions of one conversation each get every event, from their own cursors', async () => {
+      const log = await makeLog();
+      const c = newConversationId();
+      const seqs = await appendMany(log, c, 4);
+      const [first, second] = [collector(), collector()];
+      const subscriptions = [log.subscribe(c, 0, first), log.subscribe(c, seqs[2]!, second)];
+      await Promise.all(subscriptions.map((s) => s.caughtUp));
+      seqs.push(...(await appendMany(log, c, 3, 4)));
+      await first.until(7);
+      await second.until(4);
+      for (const s of subscriptions) s.close();
+      expect(first.items).toEqual(logged(c, seqs));
+      expect(second.items).toEqual(logged(c, seqs.slice(3), 3));
+    });
+
+    test('close ends a subscription: events appended afterwards are not delivered', async () => {
+      const log = await makeLog();
+      const c = newConversationId();
+      const got = collector();
+      const subscription = log.subscribe(c, 0, got);
+      await subscription.caughtUp;
       const [seq] = await appendMany(log, c, 1);
-      const deadline = Date.now() + 5_000;
-      while (got.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
-      await follower.stop();
+      await got.until(1);
+      subscription.close();
       await appendMany(log, c, 2, 1);
       await new Promise((resolve) => setTimeout(resolve, 200));
-      expect(got).toEqual([{ seq, event: message(c, 0) }]);
+      expect(got.items).toEqual([{ seq, event: message(c, 0) }]);
     });
 
     test('purge removes every event of the conversation and leaves the others', async () => {

@@ -6,7 +6,7 @@ import type { StoredEvent } from '../../protocol/index.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { ensureEventStream } from '../../src/store/natsConnection.ts';
 import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
-import { appendMany, eventLogContract, message, newConversationId } from './eventLogContract.ts';
+import { appendMany, collector, eventLogContract, message, newConversationId } from './eventLogContract.ts';
 
 let nc: NatsConnection;
 let jsm: JetStreamManager;
@@ -107,6 +107,36 @@ describe('JetStreamEventLog on nats-server', () => {
     expect(followed).toEqual(Array.from({ length: count }, (_, id) => count + id));
     expect(statuses.filter((s) => s === 'disconnect' || s === 'reconnect')).toEqual([]);
   }, 60_000);
+
+  test('a subscription gets every event once and in order across a reconnect of its connection to NATS', async () => {
+    const own = await connectTestNats();
+    const names = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() };
+    const writer = await jetStreamEventLog(nc, names);
+    const reader = await jetStreamEventLog(own, names);
+    onTestFinished(async () => {
+      await jsm.streams.delete(writer.stream);
+      await own.close();
+    });
+    const c = newConversationId();
+    const seqs = await appendMany(writer, c, 3);
+    const got = collector();
+    const subscription = reader.subscribe(c, seqs[0]!, got);
+    await subscription.caughtUp;
+    seqs.push(...(await appendMany(writer, c, 3, 3)));
+    await got.until(5);
+    const reconnected = (async () => {
+      for await (const s of own.status()) if (s.type === 'reconnect') return;
+    })();
+    await own.reconnect();
+    // Stored by another connection while this one is away and coming back.
+    seqs.push(...(await appendMany(writer, c, 5, 6)));
+    await reconnected;
+    seqs.push(...(await appendMany(writer, c, 5, 11)));
+    await got.until(15);
+    subscription.close();
+    expect(got.items).toEqual(seqs.slice(1).map((seq, i) => ({ seq, event: message(c, i + 1) })));
+    expect(got.failures).toEqual([]);
+  });
 
   test('calls on a closed connection fail with StoreUnavailableError', async () => {
     const own = await connectTestNats();

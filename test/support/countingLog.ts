@@ -45,5 +45,6 @@ export class CountingLog implements EventLog {
     return this.#log.lastSeq(conversationId);
   };
 
-  follow: EventLog['follow'] = (handlers) => this.#log.follow(handlers);
+  /** Subscriptions read the inner log (uncounted): a client is not a read of interest here. */
+  subscribe: EventLog['subscribe'] = (id, afterSeq, subscriber) => this.#log.subscribe(id, afterSeq, subscriber);
 }
