@@ -1,11 +1,11 @@
 // (i) The host's work per agent step in a short and in a long conversation:
-// the conversations, written through a real SessionManager, and the rounds
+// the conversations, written through a real NodeHost, and the rounds
 // that are measured on them.
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type LoggedEvent } from '../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../src/runtime/memoryRuntime.ts';
-import type { SessionManager } from '../src/host/index.ts';
+import type { NodeHost } from '../src/host/index.ts';
 import { createTether } from '../src/tether.ts';
 import type { JetStreamEventLog, NatsConnection } from '../src/store/index.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
@@ -33,7 +33,7 @@ const catHandler: CommandHandler = (command) => ({
 });
 
 export interface AgentStepFixture {
-  manager: SessionManager;
+  host: NodeHost;
   log: JetStreamEventLog;
   /** Conversation id by name ('short', 'long'). */
   conversations: Map<string, string>;
@@ -70,7 +70,7 @@ export async function agentStepFixture(
     agent: scriptedAgent(),
     logger: silentLogger,
   });
-  const { manager } = tether;
+  const { host } = tether;
   const idle = new Map<string, { last: number; wake: (() => void) | null }>();
   const unsubscribes: Array<() => void> = [];
   let rounds = 0;
@@ -78,7 +78,7 @@ export async function agentStepFixture(
     const state = idle.get(id)!;
     const before = state.last;
     const done = new Promise<void>((resolve) => (state.wake = () => state.last > before && resolve()));
-    await manager.act(id, USER, { type: 'message', content: `!cat file-${rounds++}` });
+    await host.commands.act(id, USER, { type: 'message', content: `!cat file-${rounds++}` });
     if (state.last <= before) await done;
   };
   const size = async (id: string) => {
@@ -93,7 +93,7 @@ export async function agentStepFixture(
   try {
     const conversations = new Map<string, string>();
     for (const [name, events] of Object.entries(sizes)) {
-      const { conversation_id: id } = await manager.create(
+      const { conversation_id: id } = await host.commands.create(
         USER,
         CreateConversationBody.parse({ max_iterations: 10_000 }),
       );
@@ -101,7 +101,7 @@ export async function agentStepFixture(
       idle.set(id, state);
       unsubscribes.push(
         await listened(
-          manager.feed.listen(id, 0, {
+          host.feed.listen(id, 0, {
             event: ({ event }: LoggedEvent) => {
               if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
               state.last = event.id;
@@ -118,7 +118,7 @@ export async function agentStepFixture(
       );
       conversations.set(name, id);
     }
-    return { manager, log, conversations, round, size, drop };
+    return { host, log, conversations, round, size, drop };
   } catch (err) {
     await drop();
     throw err;

@@ -60,7 +60,7 @@ export async function measureAgentStep(ctx: BenchContext): Promise<Measured> {
     const sizes = (k: 0 | 1) =>
       `${fmt.int(before[k]!.events)} events (${(before[k]!.bytes / 2 ** 20).toFixed(1)} MiB of event JSON) at the first measured round, ${fmt.int(after[k]!.events)} after the last`;
     ctx.settings.push(
-      `Agent step (i): one SessionManager in the bench's process (JetStream event log, KV conversation and snapshot stores, scripted agent, in-memory runtime whose every command prints 16 lines of 64 characters, silent logger, default limits) holding two live conversations written by it one round at a time: a user message \`!cat file-N\`, the agent runs it (step 1), summarises its output (step 2) and waits; about 6 events and 2.6 KiB of event JSON per round. Short: ${sizes(0)}; long: ${sizes(1)}. A run is ${rounds} rounds on each (the order turning every run), timed by \`process.cpuUsage()\` of the bench's process (Tether's host and its NATS client; nats-server apart) around the rounds and divided by the agent steps (${rounds * STEPS_PER_ROUND}); ${reps.warmups} warm-up + ${reps.runs} measured runs, median; busy runs run again as above.`,
+      `Agent step (i): one NodeHost in the bench's process (JetStream event log, KV conversation and snapshot stores, scripted agent, in-memory runtime whose every command prints 16 lines of 64 characters, silent logger, default limits) holding two live conversations written by it one round at a time: a user message \`!cat file-N\`, the agent runs it (step 1), summarises its output (step 2) and waits; about 6 events and 2.6 KiB of event JSON per round. Short: ${sizes(0)}; long: ${sizes(1)}. A run is ${rounds} rounds on each (the order turning every run), timed by \`process.cpuUsage()\` of the bench's process (Tether's host and its NATS client; nats-server apart) around the rounds and divided by the agent steps (${rounds * STEPS_PER_ROUND}); ${reps.warmups} warm-up + ${reps.runs} measured runs, median; busy runs run again as above.`,
     );
     const ratio = long / short;
     if (ratio > TARGET)
@@ -68,7 +68,7 @@ export async function measureAgentStep(ctx: BenchContext): Promise<Measured> {
         `**Agent-step target missed**: a step in the ${fmt.int(LONG)}-event conversation costs ${fmt.ratio(ratio)}× one in the ${fmt.int(SHORT)}-event conversation, against ≤ ${TARGET}.`,
       );
     const row: Row = {
-      measurement: `(i) agent step: host CPU time per agent step (scripted agent, a command round: run, then summarise), a ${fmt.int(LONG)}-event conversation vs a ${fmt.int(SHORT)}-event one, live in the same SessionManager (median)`,
+      measurement: `(i) agent step: host CPU time per agent step (scripted agent, a command round: run, then summarise), a ${fmt.int(LONG)}-event conversation vs a ${fmt.int(SHORT)}-event one, live in the same NodeHost (median)`,
       tether: `${long.toFixed(2)} ms/step`,
       baseline: `${short.toFixed(2)} ms/step`,
       ratio,

@@ -71,7 +71,7 @@ export const REHYDRATE_BUCKETS: Bucket[] = [
   },
   { label: 'fold: the rest of foldEvents (toSessionEvent, the loop)', test: onStack('foldEvents') },
   ...READ_BUCKETS.filter((b) => !COMMON_TAIL.includes(b)),
-  { label: 'loadSessionState, rest (history copy, last state fact)', test: onStack('loadSessionState') },
+  { label: 'readStoredState, rest (history copy, last state fact)', test: onStack('readStoredState') },
   ...COMMON_TAIL,
 ];
 
@@ -86,7 +86,7 @@ export const SEEK_BUCKETS: Bucket[] = [
   },
   {
     label: 'fold (`stateAt`, `foldEvents`, the checkpoint restored)',
-    test: (s) => inFile('/machines/')(s) || onStack('restore', 'src/conversation/loadSession')(s),
+    test: (s) => inFile('/machines/')(s) || onStack('snapshotFrom', 'src/conversation/storedState')(s),
   },
   { label: 'index entry (`KvConversationStore.get`)', test: inFile('src/store/kvConversationStore') },
   { label: 'nats.js (requests, receive path, consumers)', test: inFile('@nats-io') },

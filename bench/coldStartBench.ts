@@ -13,7 +13,7 @@ import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type LoggedEvent } from '../protocol/index.ts';
 import { localRuntimeProvider, type Runtime, type RuntimeProvider } from '../src/runtime/index.ts';
-import type { SessionManager } from '../src/host/index.ts';
+import type { NodeHost } from '../src/host/index.ts';
 import { jetStreamStores, type NatsConnection } from '../src/store/index.ts';
 import { createTether, type Tether } from '../src/tether.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
@@ -23,7 +23,7 @@ import { listened, within } from './measure.ts';
 const USER = 'local';
 
 export interface ColdStartFixture {
-  manager: SessionManager;
+  manager: NodeHost;
   /** Where the workspaces live (a temporary data dir, removed by `drop`). */
   dataDir: string;
   baseUrl: string;
@@ -37,7 +37,7 @@ export interface ColdStartFixture {
 }
 
 /**
- * A SessionManager as `tether serve` wires it (JetStream log, KV conversation
+ * A NodeHost as `tether serve` wires it (JetStream log, KV conversation
  * and snapshot stores, local runtimes under the data dir, scripted agent),
  * behind a Tether server on a loopback port. Ids come from the bench, so a
  * conversation can be subscribed to before it is created.
@@ -72,7 +72,7 @@ export async function coldStartFixture(nc: NatsConnection, tag: string, timeoutM
     });
     const address = await tether.listen(0, '127.0.0.1');
     return {
-      manager: tether.manager,
+      manager: tether.host,
       dataDir,
       baseUrl: `http://127.0.0.1:${address.port}`,
       wsUrl: `ws://127.0.0.1:${address.port}`,
@@ -134,7 +134,7 @@ export async function managerColdStart(fx: ColdStartFixture): Promise<ColdStart>
   const body = CreateConversationBody.parse({});
   try {
     t0 = performance.now();
-    const created = await fx.manager.create(USER, body);
+    const created = await fx.manager.commands.create(USER, body);
     const createdMs = performance.now() - t0;
     if (created.conversation_id !== id) throw new Error(`created ${created.conversation_id}, expected ${id}`);
     await within(fx.timeoutMs, 'a cold start', idle);

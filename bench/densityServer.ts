@@ -1,4 +1,4 @@
-// The density step's Tether server: tetherServer + SessionManager (JetStream
+// The density step's Tether server: tetherServer + NodeHost (JetStream
 // log, KV stores, scripted agent, in-memory runtimes) on a real port, in a node
 // process of its own started with --expose-gc by densityRuns.ts, so its heap
 // holds the server and nothing of the bench. densityRuns.ts drives it over IPC.
@@ -63,28 +63,26 @@ answerCommands<DensityProtocol>({
     return { port: (await sessions.tether.listen(0, '127.0.0.1')).port };
   },
   create: async ({ count, first }) => {
-    const { manager } = started().sessions.tether;
+    const { host } = started().sessions.tether;
     const t0 = performance.now();
-    const ids = await createStarted(manager, count, first);
+    const ids = await createStarted(host, count, first);
     const ms = performance.now() - t0;
-    const cursors = await Promise.all(
-      ids.map(async (id, i) => (await manager.session(id, benchUser(first + i))).lastSeq),
-    );
+    const cursors = await Promise.all(ids.map(async (id, i) => (await host.session(id, benchUser(first + i))).lastSeq));
     return { ids, cursors, ms };
   },
   measure: async () => {
     const { sessions, server } = started();
-    return { ...(await memoryNow()), connections: server.ws.clientCount, liveCount: sessions.tether.manager.liveCount };
+    return { ...(await memoryNow()), connections: server.ws.clientCount, liveCount: sessions.tether.host.liveCount };
   },
   passivate: async ({ ids }) => {
     const t0 = performance.now();
     // The call the passivation policy makes for an idle session (connections or not).
-    await passivateAll(started().sessions.tether.manager, ids, 'idle');
+    await passivateAll(started().sessions.tether.host, ids, 'idle');
     return { ms: performance.now() - t0 };
   },
   delete: async ({ ids, first }) => {
-    const { manager } = started().sessions.tether;
-    for (const [i, id] of ids.entries()) await manager.delete(id, benchUser(first + i));
+    const { host } = started().sessions.tether;
+    for (const [i, id] of ids.entries()) await host.commands.delete(id, benchUser(first + i));
     return null;
   },
   heapByKind,

@@ -13,7 +13,7 @@ import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type PassivationReason } from '../protocol/index.ts';
 import type { RuntimeProvider } from '../src/runtime/index.ts';
 import { MemoryRuntime, echoHandler } from '../src/runtime/memoryRuntime.ts';
-import type { SessionManager } from '../src/host/index.ts';
+import type { NodeHost } from '../src/host/index.ts';
 import type { NatsConnection } from '../src/store/index.ts';
 import { createTether, type Tether, type TetherOptions } from '../src/tether.ts';
 import { benchStores } from './benchStores.ts';
@@ -213,12 +213,12 @@ const AT_ONCE = 200;
  * Creates `count` conversations (user `benchUser(first + i)`), 200 at a time,
  * and waits until each has started (`awaiting_user_input`). Returns their ids.
  */
-export async function createStarted(manager: SessionManager, count: number, first = 0): Promise<string[]> {
+export async function createStarted(manager: NodeHost, count: number, first = 0): Promise<string[]> {
   const limit = pLimit(AT_ONCE);
   const body = CreateConversationBody.parse({});
   const ids = await Promise.all(
     Array.from({ length: count }, (_, i) =>
-      limit(async () => (await manager.create(benchUser(first + i), body)).conversation_id),
+      limit(async () => (await manager.commands.create(benchUser(first + i), body)).conversation_id),
     ),
   );
   // Start-up (runtime, then awaiting_user_input) runs after create returns.
@@ -231,7 +231,7 @@ export async function createStarted(manager: SessionManager, count: number, firs
 
 /** `manager.passivate(id, reason)` of every id, 200 at a time. */
 export async function passivateAll(
-  manager: SessionManager,
+  manager: NodeHost,
   ids: readonly string[],
   reason: PassivationReason,
 ): Promise<void> {

@@ -1,4 +1,4 @@
-// (e) The heap of one SessionManager with N live sessions, then with the same
+// (e) The heap of one NodeHost with N live sessions, then with the same
 // N passivated. Runs in its own node process (spawned by heapBench.ts with
 // --expose-gc), so nothing else of the bench is on its heap. Reports over IPC.
 import { performance } from 'node:perf_hooks';
@@ -66,19 +66,19 @@ async function measure(request: HeapRequest): Promise<HeapReport> {
   const nc = await connectNats(natsUrl, { name: 'tether-bench-heap' });
   try {
     const { tether, dispose } = await benchTether(nc, 'heap', tag);
-    const { manager } = tether;
+    const { host } = tether;
     let measured: Omit<HeapReport, 'bareActorBytes' | 'machineCopyBytes'>;
     try {
       const emptyBytes = await heapUsed();
       const t0 = performance.now();
-      const ids = await createStarted(manager, sessions);
+      const ids = await createStarted(host, sessions);
       const createMs = performance.now() - t0;
-      const liveCountWhenLive = manager.liveCount;
+      const liveCountWhenLive = host.liveCount;
       const liveBytes = await heapUsed();
       const t1 = performance.now();
-      await passivateAll(manager, ids, 'close_delay');
+      await passivateAll(host, ids, 'close_delay');
       const passivateMs = performance.now() - t1;
-      const liveCountWhenPassivated = manager.liveCount;
+      const liveCountWhenPassivated = host.liveCount;
       const passivatedBytes = await heapUsed();
       measured = {
         sessions,

@@ -1,4 +1,4 @@
-// Rows (e) and (e2): the heap of one SessionManager with 10,000 live sessions,
+// Rows (e) and (e2): the heap of one NodeHost with 10,000 live sessions,
 // then with the same 10,000 passivated, against the empty manager.
 import type { BenchContext } from './benchContext.ts';
 import { GC_NODE_FLAGS } from './benchFiles.ts';
@@ -35,7 +35,7 @@ export async function measureHeap(ctx: BenchContext): Promise<Row[]> {
     );
   }
   ctx.settings.push(
-    `Heap (e, e2): one SessionManager on the JetStream event log and KV conversation and snapshot stores (the same nats-server; fresh stream and buckets), scripted agent, in-memory runtimes (a provider that keeps no list of them), default limits, in a child process \`node ${GC_NODE_FLAGS.join(' ')} bench/heapProcess\` so that nothing else of the bench is on its heap. \`heapUsed\` after \`global.gc()\` (repeated until the heap stops shrinking): with the manager empty (baseline), with ${n} conversations created and started (all \`awaiting_user_input\`, one user each), then after \`manager.passivate(id)\` of every one. The JetStream log rather than the in-memory twin, so no stored event is on the heap.`,
+    `Heap (e, e2): one NodeHost on the JetStream event log and KV conversation and snapshot stores (the same nats-server; fresh stream and buckets), scripted agent, in-memory runtimes (a provider that keeps no list of them), default limits, in a child process \`node ${GC_NODE_FLAGS.join(' ')} bench/heapProcess\` so that nothing else of the bench is on its heap. \`heapUsed\` after \`global.gc()\` (repeated until the heap stops shrinking): with the manager empty (baseline), with ${n} conversations created and started (all \`awaiting_user_input\`, one user each), then after \`manager.passivate(id)\` of every one. The JetStream log rather than the in-memory twin, so no stored event is on the heap.`,
   );
   return [
     {

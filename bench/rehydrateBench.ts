@@ -8,7 +8,8 @@ import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type LoggedEvent } from '../protocol/index.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import { loadSessionState, type SessionManager, type LoadedState } from '../src/host/index.ts';
+import { readStoredState, type StoredRead } from '../src/conversation/index.ts';
+import { type NodeHost } from '../src/host/index.ts';
 import { createTether } from '../src/tether.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 import {
@@ -33,7 +34,7 @@ const USER = 'rehydrate-user';
 const PASSIVATION_EVENTS = 2;
 
 export interface RehydrateFixture {
-  manager: SessionManager;
+  host: NodeHost;
   log: JetStreamEventLog;
   snapshots: KvSnapshotStore;
   conversationId: string;
@@ -49,7 +50,7 @@ export interface RehydrateFixture {
 }
 
 /**
- * A conversation of `events` stored events, written by a real SessionManager
+ * A conversation of `events` stored events, written by a real NodeHost
  * (JetStream log, KV stores, scripted agent, in-memory runtime): start-up,
  * then rounds of user message, `running`, agent reply, `awaiting_user_input`,
  * one round at a time as a user would chat, then passivated (snapshot written).
@@ -79,15 +80,15 @@ export async function rehydrateFixture(
     agent: scriptedAgent(),
     logger: silentLogger,
   });
-  const { manager } = tether;
+  const { host } = tether;
   const drop = async () => {
     await tether.close();
     await deleteBenchStores(nc, names);
   };
   try {
     const t0 = performance.now();
-    const conversationId = await within(timeoutMs, 'building the rehydration conversation', chat(manager, log, events));
-    await manager.passivate(conversationId, 'close_delay');
+    const conversationId = await within(timeoutMs, 'building the rehydration conversation', chat(host, log, events));
+    await host.passivate(conversationId, 'close_delay');
     const buildMs = performance.now() - t0;
     const last = await log.last(conversationId);
     const snapshot = await snapshots.get(conversationId);
@@ -95,7 +96,7 @@ export async function rehydrateFixture(
       throw new Error(`the conversation does not end passivated (${last?.event.type})`);
     if (snapshot?.seq !== last.seq)
       throw new Error(`the snapshot stands at seq ${snapshot?.seq}, the log at ${last.seq}`);
-    if (manager.liveCount !== 0) throw new Error('the session is still in memory after passivation');
+    if (host.liveCount !== 0) throw new Error('the session is still in memory after passivation');
     const count = last.event.id + 1;
     const raw: ReadFixture = {
       log,
@@ -108,7 +109,7 @@ export async function rehydrateFixture(
     };
     const rawKv = await new Kvm(rawNc).open(names.snapshotBucket);
     const rawJsm = await jetstreamManager(rawNc);
-    return { manager, log, snapshots, conversationId, events: count, buildMs, raw, rawKv, rawJsm, drop };
+    return { host, log, snapshots, conversationId, events: count, buildMs, raw, rawKv, rawJsm, drop };
   } catch (err) {
     await drop();
     throw err;
@@ -119,12 +120,15 @@ export async function rehydrateFixture(
  * Creates a conversation of `user` and chats, one round at a time, until
  * passivation will make it `events` long (the time-travel step builds its own the same way).
  */
-export async function chat(manager: SessionManager, log: EventLog, events: number, user = USER): Promise<string> {
-  const { conversation_id: id } = await manager.create(user, CreateConversationBody.parse({ max_iterations: 10_000 }));
+export async function chat(host: NodeHost, log: EventLog, events: number, user = USER): Promise<string> {
+  const { conversation_id: id } = await host.commands.create(
+    user,
+    CreateConversationBody.parse({ max_iterations: 10_000 }),
+  );
   let idle = -1;
   let wake: (() => void) | null = null;
   const unsubscribe = await listened(
-    manager.feed.listen(id, 0, {
+    host.feed.listen(id, 0, {
       event: ({ event }: LoggedEvent) => {
         if (event.type !== 'agent_state_changed' || event.data.state !== 'awaiting_user_input') return;
         idle = event.id;
@@ -147,7 +151,7 @@ export async function chat(manager: SessionManager, log: EventLog, events: numbe
     for (let round = 0; round < rounds; round++) {
       const before = idle;
       const answered = new Promise<void>((resolve) => (wake = () => idle > before && resolve()));
-      await manager.act(id, user, { type: 'message', content: messageText(0, round) });
+      await host.commands.act(id, user, { type: 'message', content: messageText(0, round) });
       if (idle <= before) await answered;
     }
     return id;
@@ -167,9 +171,9 @@ async function timed<T>(work: () => Promise<T>): Promise<Timed<T>> {
   return { ms: performance.now() - t0, result };
 }
 
-/** `loadSessionState` with the snapshot the passivation wrote: nothing left to fold. */
-export async function loadFromSnapshot(f: RehydrateFixture): Promise<Timed<LoadedState>> {
-  const run = await timed(() => loadSessionState(f.log, f.snapshots, f.conversationId));
+/** `readStoredState` with the snapshot the passivation wrote: nothing left to fold. */
+export async function loadFromSnapshot(f: RehydrateFixture): Promise<Timed<StoredRead>> {
+  const run = await timed(() => readStoredState(f.log, f.snapshots, f.conversationId));
   const loaded = run.result;
   if (loaded?.from !== 'snapshot' || loaded.folded !== 0)
     throw new Error(`expected a snapshot load with nothing to fold, got ${loaded?.from} + ${loaded?.folded}`);
@@ -194,10 +198,10 @@ export async function rawSnapshotRead(f: RehydrateFixture): Promise<Timed<number
   });
 }
 
-/** `loadSessionState` with no snapshot (a fresh, empty snapshot store): read and fold the whole log. */
-export async function loadByFold(f: RehydrateFixture): Promise<Timed<LoadedState>> {
+/** `readStoredState` with no snapshot (a fresh, empty snapshot store): read and fold the whole log. */
+export async function loadByFold(f: RehydrateFixture): Promise<Timed<StoredRead>> {
   const empty = memorySnapshotStore();
-  const run = await timed(() => loadSessionState(f.log, empty, f.conversationId));
+  const run = await timed(() => readStoredState(f.log, empty, f.conversationId));
   const loaded = run.result;
   if (loaded?.from !== 'log' || loaded.folded !== f.events)
     throw new Error(`expected a fold of ${f.events} events, got ${loaded?.from} + ${loaded?.folded}`);
@@ -205,18 +209,18 @@ export async function loadByFold(f: RehydrateFixture): Promise<Timed<LoadedState
 }
 
 /**
- * The whole way back through the manager: `manager.session()` (ownership
+ * The whole way back through the host: `host.session()` (ownership
  * check, snapshot load, actor started, `session_rehydrated` stored). The
  * session is passivated again afterwards, untimed, so every run starts alike.
  */
 export async function managerRehydrate(f: RehydrateFixture): Promise<Timed<string>> {
-  const run = await timed(async () => (await f.manager.session(f.conversationId, USER)).state);
+  const run = await timed(async () => (await f.host.session(f.conversationId, USER)).state);
   const last = await f.log.last(f.conversationId);
   if (last?.event.type !== 'session_rehydrated' || last.event.data.from !== 'snapshot') {
-    throw new Error(`manager.session() did not rehydrate from the snapshot (last event ${last?.event.type})`);
+    throw new Error(`host.session() did not rehydrate from the snapshot (last event ${last?.event.type})`);
   }
-  await f.manager.passivate(f.conversationId, 'close_delay');
-  if (f.manager.liveCount !== 0) throw new Error('the session stayed in memory after passivation');
+  await f.host.passivate(f.conversationId, 'close_delay');
+  if (f.host.liveCount !== 0) throw new Error('the session stayed in memory after passivation');
   return run;
 }
 

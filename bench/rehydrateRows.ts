@@ -104,13 +104,13 @@ export async function measureRehydrate(
   const reps = ctx.quick
     ? { snapshot: { warmups: 2, runs: 7 }, manager: { warmups: 1, runs: 3 }, fold: { warmups: 1, runs: 3 } }
     : { snapshot: { warmups: 3, runs: 21 }, manager: { warmups: 1, runs: 9 }, fold: { warmups: 2, runs: 9 } };
-  progress(`rehydration: building a conversation of ${fmt.int(EVENTS)} events through a SessionManager`);
+  progress(`rehydration: building a conversation of ${fmt.int(EVENTS)} events through a NodeHost`);
   const f = await rehydrateFixture(ctx.nc, ctx.rawNc, EVENTS, ctx.runId, ctx.stepTimeoutMs);
   let files: FileLayout | undefined;
   const profiles: ProfileSection[] = [];
   try {
     ctx.notes.push(
-      `The rehydration conversation (${fmt.int(f.events)} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round (4 events) at a time, then passivated: ${fmt.int((f.events / f.buildMs) * 1000)} events/s for one conversation whose every append waits for the one before.`,
+      `The rehydration conversation (${fmt.int(f.events)} events) was written by a real NodeHost in ${(f.buildMs / 1000).toFixed(1)} s, one chat round (4 events) at a time, then passivated: ${fmt.int((f.events / f.buildMs) * 1000)} events/s for one conversation whose every append waits for the one before.`,
     );
     progress("rehydration: writing the same events in OpenHands' file layout");
     files = await writeFileLayout(
@@ -196,7 +196,7 @@ function rowsOf(
   const { foldMs, rawMs, filesMs } = fold;
   return [
     {
-      measurement: `(c) rehydrate from snapshot: \`loadSessionState\` of a passivated ${n}-event conversation vs raw KV get of the snapshot + last-message direct get (median)`,
+      measurement: `(c) rehydrate from snapshot: \`readStoredState\` of a passivated ${n}-event conversation vs raw KV get of the snapshot + last-message direct get (median)`,
       tether: `${fmt.ms(snap.tether)} ms`,
       baseline: `${fmt.ms(snap.raw)} ms`,
       ratio: snap.tether / snap.raw,
@@ -219,7 +219,7 @@ function rowsOf(
       target: '— (no target)',
     },
     {
-      measurement: `(d) rehydrate by full fold: \`loadSessionState\` with no snapshot (read + fold of ${n} events) vs raw ordered consumer read (pulls bounded to 8 MiB) + JSON.parse (median)`,
+      measurement: `(d) rehydrate by full fold: \`readStoredState\` with no snapshot (read + fold of ${n} events) vs raw ordered consumer read (pulls bounded to 8 MiB) + JSON.parse (median)`,
       tether: `${fmt.ms(foldMs)} ms`,
       baseline: `${fmt.ms(rawMs)} ms`,
       ratio: foldMs / rawMs,
@@ -241,7 +241,7 @@ function profileFold(ctx: BenchContext, f: RehydrateFixture): Promise<ProfileSec
   return profileSection(
     ctx.runId,
     'Rehydration by full fold',
-    `Five \`loadSessionState\` calls with no snapshot (read and fold of ${fmt.int(f.events)} events each) under the CPU profiler.`,
+    `Five \`readStoredState\` calls with no snapshot (read and fold of ${fmt.int(f.events)} events each) under the CPU profiler.`,
     REHYDRATE_BUCKETS,
     (around) =>
       around(async () => {
@@ -253,9 +253,9 @@ function profileFold(ctx: BenchContext, f: RehydrateFixture): Promise<ProfileSec
 function settings(f: RehydrateFixture, reps: Record<'snapshot' | 'manager' | 'fold', Repetitions>): string[] {
   const r = (x: Repetitions) => `${x.warmups} warm-up + ${x.runs} measured runs`;
   return [
-    `Rehydration (c, c2, c3, d, d2): one conversation of ${fmt.int(f.events)} stored events, written through a real SessionManager (JetStream log, KV conversation and snapshot stores, scripted agent, in-memory runtime, default limits, so periodic snapshots too): start-up (created, runtime starting → connected, awaiting_user_input), then rounds of user message, \`running\`, agent reply, \`awaiting_user_input\`, each append chained on the expected last subject sequence, then passivated (runtime stopped, \`session_passivated\`, snapshot written to the KV bucket).`,
-    `(c): \`loadSessionState(log, snapshots, id)\` with the passivation's snapshot (nothing after it to fold; checked: from snapshot, 0 folded, next event id = ${fmt.int(f.events)}), ${r(reps.snapshot)}. Baseline: what a snapshot load cannot avoid, raw on the baseline's connection: KV get of the snapshot key + JSON.parse, then a direct get of the subject's last message.`,
+    `Rehydration (c, c2, c3, d, d2): one conversation of ${fmt.int(f.events)} stored events, written through a real NodeHost (JetStream log, KV conversation and snapshot stores, scripted agent, in-memory runtime, default limits, so periodic snapshots too): start-up (created, runtime starting → connected, awaiting_user_input), then rounds of user message, \`running\`, agent reply, \`awaiting_user_input\`, each append chained on the expected last subject sequence, then passivated (runtime stopped, \`session_passivated\`, snapshot written to the KV bucket).`,
+    `(c): \`readStoredState(log, snapshots, id)\` with the passivation's snapshot (nothing after it to fold; checked: from snapshot, 0 folded, next event id = ${fmt.int(f.events)}), ${r(reps.snapshot)}. Baseline: what a snapshot load cannot avoid, raw on the baseline's connection: KV get of the snapshot key + JSON.parse, then a direct get of the subject's last message.`,
     `(c2): \`manager.session(id, user)\` on the passivated conversation, until it resolves with the live session (checked: the last stored event is \`session_rehydrated\` from \`snapshot\`); passivated again after each run, untimed, so each run adds two events. ${r(reps.manager)}, measured after (c) and (d).`,
-    `(d): \`loadSessionState\` with a fresh, empty snapshot store, so the whole log is read and folded (checked: from log, ${fmt.int(f.events)} folded), against \`rawRead\` of (b) on the same subject (ordered consumer + JSON.parse), in rounds with the file-layout read of (d2), each round in another order (all six in turn), ${r(reps.fold)}, busy runs run again as above.`,
+    `(d): \`readStoredState\` with a fresh, empty snapshot store, so the whole log is read and folded (checked: from log, ${fmt.int(f.events)} folded), against \`rawRead\` of (b) on the same subject (ordered consumer + JSON.parse), in rounds with the file-layout read of (d2), each round in another order (all six in turn), ${r(reps.fold)}, busy runs run again as above.`,
   ];
 }

@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import type { SessionManager } from '../src/host/index.ts';
+import type { NodeHost } from '../src/host/index.ts';
 import { connectNats, jetStreamStores } from '../src/store/index.ts';
 import { createTether } from '../src/tether.ts';
 import { benchAuthenticate, http } from './benchHttp.ts';
@@ -16,7 +16,7 @@ import type { BenchStoreNames as TetherStoreNames } from './benchStores.ts';
 export interface TetherInstance {
   port: number;
   base: string;
-  manager: SessionManager;
+  manager: NodeHost;
   /** Stops it the way SIGTERM does (src/cli/serve.ts): server closed (1001), sessions passivated, NATS drained. */
   stop(): Promise<void>;
 }
@@ -34,11 +34,11 @@ async function startTether(natsUrl: string, names: TetherStoreNames, port = 0): 
   });
   const address = await tether.listen(port, '127.0.0.1');
   // As serve does after listening: conversations that were mid-task come back by themselves.
-  const recovering = tether.manager.recover().catch(() => 0);
+  const recovering = tether.host.recover().catch(() => 0);
   return {
     port: address.port,
     base: `http://127.0.0.1:${address.port}`,
-    manager: tether.manager,
+    manager: tether.host,
     stop: async () => {
       await recovering;
       await tether.close();

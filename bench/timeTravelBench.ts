@@ -7,7 +7,7 @@ import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import type { ConversationState, LoggedEvent, StoredEvent } from '../protocol/index.ts';
 import { memoryRuntimeProvider } from '../src/runtime/memoryRuntime.ts';
-import { DEFAULT_LIMITS, type SessionManager } from '../src/host/index.ts';
+import { DEFAULT_LIMITS, type NodeHost } from '../src/host/index.ts';
 import { memoryCheckpointStore, type CheckpointStore, type NatsConnection, type Stores } from '../src/store/index.ts';
 import { createTether, type Tether } from '../src/tether.ts';
 import { benchStores } from './benchStores.ts';
@@ -18,9 +18,9 @@ const USER = 'timetravel-user';
 
 export interface TimeTravelFixture {
   /** The owner: it wrote the conversation and its checkpoints. */
-  manager: SessionManager;
+  manager: NodeHost;
   /** The same stores but an empty checkpoint store: every look folds from the creation. */
-  unchecked: SessionManager;
+  unchecked: NodeHost;
   stores: Stores;
   conversationId: string;
   user: string;
@@ -33,7 +33,7 @@ export interface TimeTravelFixture {
 }
 
 /**
- * A conversation of `events` stored events written by a real SessionManager
+ * A conversation of `events` stored events written by a real NodeHost
  * on bench stores (JetStream log, KV stores and checkpoint bucket, scripted
  * agent, in-memory runtime, default limits: a checkpoint every 100 events),
  * one chat round at a time, then passivated; beside it a second manager on the
@@ -47,7 +47,7 @@ export async function timeTravelFixture(
 ): Promise<TimeTravelFixture> {
   const { stores, dispose } = await benchStores(nc, 'timetravel', tag);
   const tethers: Tether[] = [];
-  const managerOn = (checkpoints: CheckpointStore): SessionManager => {
+  const managerOn = (checkpoints: CheckpointStore): NodeHost => {
     const tether = createTether({
       stores: { ...stores, checkpoints },
       runtimes: memoryRuntimeProvider(),
@@ -55,7 +55,7 @@ export async function timeTravelFixture(
       logger: silentLogger,
     });
     tethers.push(tether);
-    return tether.manager;
+    return tether.host;
   };
   const drop = async () => {
     await Promise.allSettled(tethers.map((t) => t.close()));
@@ -110,7 +110,7 @@ function expectSeq(state: ConversationState, seq: number): void {
 
 /** (m) `manager.stateAt` at `seq`, the owner's checkpoints in reach: what `GET .../state?at_seq=` runs. */
 export async function seek(f: TimeTravelFixture, seq: number): Promise<number> {
-  const run = await timed(() => f.manager.stateAt(f.conversationId, f.user, seq));
+  const run = await timed(() => f.manager.queries.stateAt(f.conversationId, f.user, seq));
   expectSeq(run.result, seq);
   return run.ms;
 }
@@ -118,7 +118,7 @@ export async function seek(f: TimeTravelFixture, seq: number): Promise<number> {
 /** (m) baseline: the same `stateAt` of the last event with no checkpoint, so every event is read and folded. */
 export async function fullFold(f: TimeTravelFixture): Promise<number> {
   const seq = f.events.at(-1)!.seq;
-  const run = await timed(() => f.unchecked.stateAt(f.conversationId, f.user, seq));
+  const run = await timed(() => f.unchecked.queries.stateAt(f.conversationId, f.user, seq));
   expectSeq(run.result, seq);
   return run.ms;
 }
@@ -126,8 +126,8 @@ export async function fullFold(f: TimeTravelFixture): Promise<number> {
 /** The seek and the fold from the creation agree on the state at `seq` (untimed check). */
 export async function checkSeek(f: TimeTravelFixture, seq: number): Promise<void> {
   const [near, full] = await Promise.all([
-    f.manager.stateAt(f.conversationId, f.user, seq),
-    f.unchecked.stateAt(f.conversationId, f.user, seq),
+    f.manager.queries.stateAt(f.conversationId, f.user, seq),
+    f.unchecked.queries.stateAt(f.conversationId, f.user, seq),
   ]);
   if (JSON.stringify(near) !== JSON.stringify(full))
     throw new Error(`at seq ${seq} the fold from a checkpoint differs from the fold from the creation`);
@@ -140,7 +140,7 @@ export async function checkSeek(f: TimeTravelFixture, seq: number): Promise<void
  */
 export async function forkAt(f: TimeTravelFixture, n: number): Promise<number> {
   const at = f.events[n - 1]!;
-  const run = await timed(() => f.manager.fork(f.conversationId, f.user, at.seq));
+  const run = await timed(() => f.manager.commands.fork(f.conversationId, f.user, at.seq));
   const id = run.result.conversation_id;
   const copied = await f.stores.log.read(id, { limit: n + 1 });
   const last = copied.items[n - 1]?.event;
@@ -148,7 +148,7 @@ export async function forkAt(f: TimeTravelFixture, n: number): Promise<number> {
     throw new Error(`fork ${id}: its event ${n - 1} is not a copy of the parent's`);
   if (copied.items[n]?.event.type !== 'conversation_forked')
     throw new Error(`fork ${id}: no conversation_forked after the ${n} copied events`);
-  await f.manager.delete(id, f.user);
+  await f.manager.commands.delete(id, f.user);
   return run.ms;
 }
 

@@ -64,13 +64,13 @@ const PLANS: Record<'full' | 'quick', Plan> = {
 
 export async function measureTimeTravel(ctx: BenchContext, forceProfile: boolean): Promise<Measured> {
   const plan = ctx.quick ? PLANS.quick : PLANS.full;
-  progress(`time travel: building a conversation of ${fmt.int(plan.events)} events through a SessionManager`);
+  progress(`time travel: building a conversation of ${fmt.int(plan.events)} events through a NodeHost`);
   const f = await timeTravelFixture(ctx.nc, plan.events, ctx.runId, ctx.stepTimeoutMs);
   const pick = () => f.events[randomInt(f.events.length)]!.seq;
   const profiles: ProfileSection[] = [];
   try {
     const n = f.events.length;
-    const built = `The time-travel conversation (${fmt.int(n)} events) was written by a real SessionManager in ${(f.buildMs / 1000).toFixed(1)} s, one chat round at a time, then passivated; its owner wrote ${f.checkpointSeqs.length} checkpoints.`;
+    const built = `The time-travel conversation (${fmt.int(n)} events) was written by a real NodeHost in ${(f.buildMs / 1000).toFixed(1)} s, one chat round at a time, then passivated; its owner wrote ${f.checkpointSeqs.length} checkpoints.`;
     ctx.notes.push(built);
     progress(built);
     for (let i = 0; i < plan.checkedSeeks; i++) await checkSeek(f, pick());
@@ -230,7 +230,7 @@ function settings(f: TimeTravelFixture, plan: Plan): string {
   const r = (x: Repetitions) => `${x.warmups} warm-up + ${x.runs} measured rounds`;
   const forkRounds = plan.prefixes.map((p) => `${fmt.int(p)}: ${r(plan.forkRounds(p))}`).join(', ');
   return [
-    `Time travel (m, m2, n to n3): one conversation of ${fmt.int(f.events.length)} stored events written as the rehydration conversation is (a real SessionManager through \`createTether\` on bench stores: JetStream log, KV conversation, snapshot and checkpoint stores; scripted agent, in-memory runtime, default limits, so a checkpoint each time the event count passes a multiple of 100), then passivated. A second manager (\`createTether\`) on the same stores but with an empty in-memory checkpoint store is the baseline of (m).`,
+    `Time travel (m, m2, n to n3): one conversation of ${fmt.int(f.events.length)} stored events written as the rehydration conversation is (a real NodeHost through \`createTether\` on bench stores: JetStream log, KV conversation, snapshot and checkpoint stores; scripted agent, in-memory runtime, default limits, so a checkpoint each time the event count passes a multiple of 100), then passivated. A second manager (\`createTether\`) on the same stores but with an empty in-memory checkpoint store is the baseline of (m).`,
     `(m, m2): rounds of one full fold (the second manager's \`stateAt\` of the last event) and ${plan.seeksPerRound} seeks (the owner's \`stateAt\` at a seq drawn uniformly from the conversation's events), the fold first in every other round; ${r(plan.seekRounds)}, busy rounds run again; p50 and nearest-rank p99 of every measured seek, each divided by the p50 (median) of the rounds' full folds. Before timing, ${plan.checkedSeeks} seeks are checked to equal the fold from the creation at the same seq.`,
     `(n to n3): rounds of one \`manager.fork\` at the prefix's last event (afterwards, untimed: the fork's log checked, the fork deleted through \`manager.delete\`) and one sequential append of the same events under a fresh conversation id through the EventLog (afterwards purged), the fork first in every other round; ${forkRounds}; medians.`,
   ].join(' ');

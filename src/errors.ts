@@ -26,10 +26,18 @@ export class IllegalTransitionError extends TetherError {
   }
 }
 
-/** The session stopped (another writer took over, or the server is shutting down). */
-export class SessionClosedError extends TetherError {
+/**
+ * The conversation's session on this node was released (it left memory,
+ * another writer took over, its lease lapsed, the log failed): the action
+ * was not applied here; asking again reaches the session that runs it now.
+ */
+export class SessionUnavailableError extends TetherError {
   constructor(conversationId: string, reason: string, options?: { cause?: unknown }) {
-    super('SESSION_CLOSED', `conversation ${conversationId} is closed here: ${reason}`, options);
+    super(
+      'SESSION_UNAVAILABLE',
+      `conversation ${conversationId} is not running here now (${reason}): try again`,
+      options,
+    );
   }
 }
 

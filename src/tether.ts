@@ -4,7 +4,8 @@ import { silentLogger, type Logger } from './logger.ts';
 import { TetherMetrics } from './metrics.ts';
 import type { RuntimeProvider } from './runtime/index.ts';
 import { tetherServer, type TetherServer, type TetherServerOptions } from './server/index.ts';
-import { ClusterOwnership, SessionManager, type SessionLimits } from './host/index.ts';
+import { ClusterOwnership } from './cluster/index.ts';
+import { NodeHost, type SessionLimits } from './host/index.ts';
 import type { ClusterBus, ClusterStore, SecretStore, Stores } from './store/index.ts';
 
 /** Largest WebSocket frame accepted by default (TETHER_MAX_FRAME_BYTES). */
@@ -29,7 +30,7 @@ export interface TetherOptions {
   /** Secrets sealed where any node can read them, or 'refuse' them (default: this process's memory only). */
   secrets?: SecretStore | 'refuse';
   /** HTTP and WebSocket settings; each has the documented default. */
-  server?: Partial<Omit<TetherServerOptions, 'manager' | 'logger' | 'metrics'>>;
+  server?: Partial<Omit<TetherServerOptions, 'commands' | 'queries' | 'feed' | 'logger' | 'metrics'>>;
   /** Add the process's own metrics (CPU, memory, event loop lag) to `/metrics` (default false). */
   processMetrics?: boolean;
 }
@@ -44,9 +45,9 @@ export interface ClusterOptions {
   url?: string;
 }
 
-/** A built Tether: its session host and its HTTP + WebSocket server, not yet listening. */
+/** A built Tether: its node's host and its HTTP + WebSocket server, not yet listening. */
 export interface Tether {
-  readonly manager: SessionManager;
+  readonly host: NodeHost;
   readonly server: TetherServer;
   /** What `GET /metrics` shows; `natsReconnected()` is the connection owner's to call. */
   readonly metrics: TetherMetrics;
@@ -59,7 +60,7 @@ export interface Tether {
 }
 
 /**
- * The one composition factory: builds the session host and the server from
+ * The one composition factory: builds the node's host and the server from
  * explicit dependencies. `tether serve` calls it after reading the
  * configuration and connecting; tests and benches call it with their own.
  */
@@ -67,7 +68,7 @@ export function createTether(options: TetherOptions): Tether {
   const logger = options.logger ?? silentLogger;
   const { agent } = options;
   const metrics = new TetherMetrics({ processMetrics: options.processMetrics });
-  const manager = new SessionManager({
+  const host = new NodeHost({
     ...options.stores,
     log: metrics.measure(options.stores.log),
     runtimes: options.runtimes,
@@ -87,32 +88,34 @@ export function createTether(options: TetherOptions): Tether {
     maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
     maxBodyBytes: DEFAULT_MAX_BODY_BYTES,
     ...options.server,
-    manager,
+    commands: host.commands,
+    queries: host.queries,
+    feed: host.feed,
     logger,
     metrics,
   });
   metrics.observe({
-    liveSessions: () => manager.liveCount,
+    liveSessions: () => host.liveCount,
     connections: () => server.ws.clientCount,
-    ownedConversations: () => manager.clusterCounts.owned,
-    takeovers: () => manager.clusterCounts.takeovers,
-    forwardedActions: () => manager.clusterCounts.forwarded,
+    ownedConversations: () => host.clusterCounts.owned,
+    takeovers: () => host.clusterCounts.takeovers,
+    forwardedActions: () => host.clusterCounts.forwarded,
   });
   return {
-    manager,
+    host,
     server,
     metrics,
     listen: (port, host) => server.listen(port, host),
-    start: () => manager.start(),
+    start: () => host.start(),
     close: async () => {
       if (options.cluster) {
         // A drain: sessions leave and give up their ownership first, then clients are told to go elsewhere.
-        await manager.shutdown();
+        await host.shutdown();
         await server.close();
         return;
       }
       await server.close();
-      await manager.shutdown();
+      await host.shutdown();
     },
   };
 }

@@ -128,7 +128,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     nats: nats.url,
   });
   // Conversations that were mid-task when the last process stopped finish by themselves.
-  void tether.manager.recover().catch((err: unknown) => logger.error('recovery failed', errorFields(err)));
+  void tether.host.recover().catch((err: unknown) => logger.error('recovery failed', errorFields(err)));
 
   return new Promise<number>((resolve) => {
     let stopping = false;

@@ -1,25 +1,18 @@
-import type { Logger } from '../logger.ts';
-import type { ListPosition, PassivationReason, StatusFrame, UserAction } from '../../protocol/index.ts';
-import type { ClusterBus, ConversationEntry, ConversationStore } from '../store/index.ts';
+import type { PassivationReason, UserAction } from '../../protocol/index.ts';
+import type { ClusterBus } from '../store/index.ts';
 import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
 import { ClusterOwnership, type Ownership } from './ownership.ts';
-import { TOO_MANY_CONVERSATIONS } from '../host/passivationPolicy.ts';
 import type { Session, SubmitResult } from '../conversation/session.ts';
-
-/** Pages of a user's index read to find the user's conversations running on other nodes. */
-const CAP_SCAN_PAGES = 10;
 
 /** What the router needs of the node's session host. */
 export interface RouterHost {
-  /** The conversation's session in this process, if it is live here. */
+  /** The conversation's session in this process, if it runs here. */
   live(conversationId: string): Session | undefined;
-  liveSessions(): Iterable<Session>;
   /** Applies an action to the session here (claimed and brought back when needed); NotOwnerError when another node owns it. */
   actHere(conversationId: string, user: string, action: UserAction, clientId: string): Promise<SubmitResult>;
   /** Deletes the conversation here (claimed when needed); NotOwnerError when another node owns it. */
   deleteHere(conversationId: string, user: string): Promise<void>;
   passivate(conversationId: string, reason: PassivationReason): Promise<void>;
-  notify(conversationId: string, frame: StatusFrame): void;
 }
 
 /**
@@ -32,21 +25,11 @@ export class ClusterRouter {
   readonly #host: RouterHost;
   readonly #ownership: Ownership;
   readonly #bus: ClusterBus | undefined;
-  readonly #conversations: ConversationStore;
-  readonly #maxRunningPerUser: number;
-  readonly #logger: Logger;
 
-  constructor(
-    host: RouterHost,
-    deps: { ownership: Ownership; bus?: ClusterBus; conversations: ConversationStore; logger: Logger },
-    maxRunningPerUser: number,
-  ) {
+  constructor(host: RouterHost, deps: { ownership: Ownership; bus?: ClusterBus }) {
     this.#host = host;
     this.#ownership = deps.ownership;
     this.#bus = deps.bus;
-    this.#conversations = deps.conversations;
-    this.#logger = deps.logger;
-    this.#maxRunningPerUser = maxRunningPerUser;
   }
 
   /** Requests sent to the node that owns their conversation, a running total. */
@@ -112,54 +95,21 @@ export class ClusterRouter {
     }
   }
 
-  /**
-   * The per-user running cap across the cluster, when `session` just started
-   * running. The local policy already sent this node's excess out; the
-   * user's conversations running on other nodes (their index entries say
-   * running) count too, and the oldest of those leave through their owners
-   * until the user is within the cap.
-   */
-  async capAcrossCluster(session: Session): Promise<void> {
-    const user = session.owner;
-    const bus = this.#bus;
-    if (!this.#ownership.clustered || user === undefined || !bus) return;
-    const remote = await this.#runningElsewhere(user, session.conversationId);
-    let here = 0;
-    for (const s of this.#host.liveSessions())
-      if (s !== session && !s.closed && s.owner === user && s.state === 'running') here += 1;
-    let excess = here + remote.length + 1 - this.#maxRunningPerUser;
-    remote.sort((a, b) => (a.running_since ?? 0) - (b.running_since ?? 0));
-    for (const victim of remote) {
-      if (excess <= 0) return;
-      const id = victim.conversation_id;
-      const node = await this.#ownership.ownerOf(id);
-      if (node === null || node === this.#ownership.nodeId) continue;
-      excess -= 1;
-      this.#logger.info('per-user cap: a conversation on another node leaves memory', { conversation_id: id, node });
-      this.#host.notify(id, TOO_MANY_CONVERSATIONS);
-      const request = { op: 'passivate', conversation_id: id, reason: 'too_many_running' };
-      resultOf(id, await bus.request(node, request, this.#leaseMs));
-    }
+  /** The node other than this one that owns the conversation, or null (no cluster, no owner, or this node). */
+  async ownerElsewhere(conversationId: string): Promise<string | null> {
+    if (!this.#bus) return null;
+    const node = await this.#ownership.ownerOf(conversationId);
+    return node === this.#ownership.nodeId ? null : node;
   }
 
-  /** The user's conversations whose index entry says running, other than `except` and those live here. */
-  async #runningElsewhere(user: string, except: string): Promise<ConversationEntry[]> {
-    const found: ConversationEntry[] = [];
-    let after: ListPosition | undefined;
-    for (let pages = 0; pages < CAP_SCAN_PAGES; pages++) {
-      const page = await this.#conversations.list(user, { limit: 100, ...(after && { after }) });
-      for (const entry of page.items)
-        if (entry.state === 'running' && entry.conversation_id !== except && !this.#isLive(entry.conversation_id))
-          found.push(entry);
-      const last = page.items.at(-1);
-      if (!page.more || !last) break;
-      after = { created_at: last.created_at, conversation_id: last.conversation_id };
-    }
-    return found;
+  /** Asks `node` to send the conversation out of memory (the per-user running cap across the cluster). */
+  async passivateOn(node: string, conversationId: string, reason: PassivationReason): Promise<void> {
+    if (!this.#bus) return;
+    const request: ForwardRequest = { op: 'passivate', conversation_id: conversationId, reason };
+    resultOf(conversationId, await this.#bus.request(node, request, this.#leaseMs));
   }
 
   #isLive(conversationId: string): boolean {
-    const live = this.#host.live(conversationId);
-    return live !== undefined && !live.closed;
+    return this.#host.live(conversationId) !== undefined;
   }
 }

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { AgentState, PassivationReason, UserAction } from '../../protocol/index.ts';
 import { NodeUnreachableError } from '../store/index.ts';
-import { ConversationNotFoundError, IllegalTransitionError, SessionClosedError, TetherError } from '../errors.ts';
+import { ConversationNotFoundError, IllegalTransitionError, SessionUnavailableError, TetherError } from '../errors.ts';
 import { LeaseLapsedError } from './ownership.ts';
 
 /** Another node owns the conversation (`node`, when known): the request goes there, or is asked again. */
@@ -53,8 +53,9 @@ export function resultOf(conversationId: string, answer: unknown): { seq: number
       throw new ConversationNotFoundError(conversationId);
     case 'ILLEGAL_TRANSITION':
       throw new IllegalTransitionError(message, state ?? 'error');
-    case 'SESSION_CLOSED':
-      throw new SessionClosedError(conversationId, message);
+    case 'SESSION_UNAVAILABLE':
+    case 'SESSION_CLOSED': // its name on nodes of an earlier version, during a rolling upgrade
+      throw new SessionUnavailableError(conversationId, message);
     case 'NOT_OWNER':
     case 'NODE_LEASE_LAPSED':
     case 'NODE_DRAINING':

@@ -13,7 +13,7 @@ import type { StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { EventLog, StatusChannel } from '../store/index.ts';
 import { answerOf, outcomeOf, STATUS } from './effectResults.ts';
-import { IllegalTransitionError, SessionClosedError, TetherError } from '../errors.ts';
+import { IllegalTransitionError, SessionUnavailableError, TetherError } from '../errors.ts';
 
 export interface EffectDeps {
   log: EventLog;
@@ -91,7 +91,7 @@ export class EffectRunner {
     const { cause } = effect;
     // Fenced: a node whose lease may have lapsed starts nothing (another node may own the conversation now).
     if (this.#deps.leaseValid?.() === false)
-      throw new SessionClosedError(this.#host.conversationId, 'the lease lapsed');
+      throw new SessionUnavailableError(this.#host.conversationId, 'the lease lapsed');
     switch (effect.type) {
       case 'start_runtime':
         return this.#ensureRuntime(cause);
@@ -113,8 +113,8 @@ export class EffectRunner {
 
   #dropped(err: unknown): void {
     const fields = { conversation_id: this.#host.conversationId };
-    if (err instanceof IllegalTransitionError || err instanceof SessionClosedError) {
-      // Expected after a stop or a close: the result of an abandoned effect is refused.
+    if (err instanceof IllegalTransitionError || err instanceof SessionUnavailableError) {
+      // Expected after a stop or a release: the result of an abandoned effect is refused.
       this.#deps.logger.info('effect result dropped', { ...fields, reason: err.message });
       return;
     }

@@ -18,7 +18,7 @@ import type {
 import type { AgentContext } from '../agent/index.ts';
 import type { CheckpointStore, SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
-import { IllegalTransitionError, SessionClosedError } from '../errors.ts';
+import { ConversationNotFoundError, IllegalTransitionError, SessionUnavailableError } from '../errors.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
 import { SessionEffects } from './sessionEffects.ts';
 import type { SessionIndexHook } from './sessionIndex.ts';
@@ -37,14 +37,14 @@ export interface SessionDeps extends EffectDeps {
   startWaitMs: number;
   /** Called after every decision took effect, with the snapshot before it. */
   onApplied?: (session: Session, before: SessionSnapshot | undefined) => void;
-  /** Called once when the session can no longer write (conflict, store fault, close). */
-  onClosed?: (session: Session, reason: string) => void;
+  /** Called once when the session is released and can no longer write (passivation, conflict, store fault, a lapsed lease). */
+  onReleased?: (session: Session, reason: string) => void;
   /** The conversation index, told before each decision is appended and after it took effect. */
   index?: SessionIndexHook;
 }
 
-/** What a session is rebuilt from. `history` is null when it came from a snapshot (the agent's context is then built from the log on demand). */
-export interface RestoredState {
+/** A conversation's state as its log (and snapshot) give it: what a session is rehydrated from. `history` is null when it came from a snapshot (the agent's context is then built from the log on demand). */
+export interface StoredState {
   snapshot: SessionSnapshot;
   lastSeq: number;
   nextEventId: number;
@@ -73,14 +73,15 @@ export class Session {
   /** The machine's state as of `lastSeq`: the decider's, adopted once JetStream acknowledged its events. */
   #snapshot: SessionSnapshot | undefined;
   #mailbox: Promise<unknown> = Promise.resolve();
-  #closed: string | null = null;
+  /** Why the session was released (it writes nothing more), or null while it runs. */
+  #released: string | null = null;
   /** Snapshot and checkpoint writes under way: closing waits for them, so a purge after it finds them all. */
   readonly #writes = new Set<Promise<void>>();
 
-  private constructor(conversationId: string, deps: SessionDeps, restored?: RestoredState) {
+  private constructor(conversationId: string, deps: SessionDeps, stored?: StoredState) {
     this.conversationId = conversationId;
     this.#deps = deps;
-    this.#log = new SessionLog(conversationId, deps, restored, (reason) => this.#markClosed(reason));
+    this.#log = new SessionLog(conversationId, deps, stored, (reason) => this.#markReleased(reason));
     this.#mask = secretMasker(Object.values(deps.secrets));
     this.#effects = new SessionEffects(
       {
@@ -93,7 +94,7 @@ export class Session {
       deps,
       (deadline) => void this.#deadlinePassed(deadline),
     );
-    this.#snapshot = restored?.snapshot;
+    this.#snapshot = stored?.snapshot;
   }
 
   /** A new conversation: stores its creation record, then starts what its first state asks for. */
@@ -109,10 +110,10 @@ export class Session {
    * then runs what the state asks for, as a live session would: a pending
    * agent step is asked again, a command that was out is reported interrupted.
    */
-  static async restore(
+  static async rehydrate(
     conversationId: string,
     deps: SessionDeps,
-    state: RestoredState,
+    state: StoredState,
     from: 'snapshot' | 'log',
     folded: number,
   ): Promise<Session> {
@@ -130,7 +131,7 @@ export class Session {
   static async fork(
     conversationId: string,
     deps: SessionDeps,
-    state: RestoredState,
+    state: StoredState,
     parent: { conversationId: string; seq: number },
   ): Promise<Session> {
     const session = new Session(conversationId, deps, state);
@@ -147,14 +148,9 @@ export class Session {
   /**
    * Ends a conversation that is not in memory, from its loaded state: the
    * session is rebuilt only to decide and store `session_closed` (no effect
-   * starts: an ended conversation asks for none), then closed.
+   * starts: an ended conversation asks for none), then released.
    */
-  static async endStored(
-    conversationId: string,
-    deps: SessionDeps,
-    state: RestoredState,
-    reason: string,
-  ): Promise<void> {
+  static async endStored(conversationId: string, deps: SessionDeps, state: StoredState, reason: string): Promise<void> {
     await new Session(conversationId, deps, state).#end(reason);
   }
 
@@ -192,15 +188,16 @@ export class Session {
   get runningSince(): number | null {
     return this.snapshot?.context.runningSince ?? null;
   }
-  /** The user who created the conversation. */
-  get owner(): string | undefined {
+  /** The user whose conversation it is. */
+  get user(): string | undefined {
     return this.snapshot?.context.user;
   }
-  get closed(): boolean {
-    return this.#closed !== null;
+  /** Released: out of memory (or dropped), it writes nothing more. */
+  get released(): boolean {
+    return this.#released !== null;
   }
 
-  /** The agent's context for this conversation, up to date with every stored event; built from the log the first time after a snapshot restore. */
+  /** The agent's context for this conversation, up to date with every stored event; built from the log the first time after a rehydration from a snapshot. */
   agentContext(): Promise<AgentContext> {
     return this.#log.agentContext((work) => this.#mailboxed(work));
   }
@@ -226,22 +223,22 @@ export class Session {
    */
   async passivate(reason: PassivationReason): Promise<void> {
     await this.#waitForStart();
-    if (this.#closed !== null) return;
+    if (this.#released !== null) return;
     await this.#effects.stop(`passivated (${reason})`);
     await this.#mailboxed(async () => {
       await this.#decideAndApply({ type: 'passivate', reason });
-      // Closed in this same job: an action queued behind it is refused as
-      // "closed" and goes to the session that comes back, never to this one.
-      this.#markClosed(`passivated (${reason})`);
+      // Released in this same job: an action queued behind it is refused as
+      // unavailable and goes to the session that comes back, never to this one.
+      this.#markReleased(`passivated (${reason})`);
       await this.#writeSnapshot();
     });
-    await this.close(`passivated (${reason})`);
+    await this.release(`passivated (${reason})`);
   }
 
   /**
    * Ends the conversation for good (it is being deleted): stores
    * `session_closed`, which takes the machine to its final state, then
-   * closes. Followers of the log see it before the events are purged. A
+   * is released. Followers of the log see it before the events are purged. A
    * session still starting is waited for (bounded by `startWaitMs`).
    */
   async end(reason: string): Promise<void> {
@@ -249,10 +246,10 @@ export class Session {
     await this.#end(reason);
   }
 
-  /** Stops the actor, timers and the runtime. Pending and later inputs are refused. */
-  async close(reason = 'closed'): Promise<void> {
+  /** Releases the session: effects, timers and the runtime stop; pending and later inputs are refused. */
+  async release(reason: string): Promise<void> {
     await this.#waitForStart();
-    this.#markClosed(reason);
+    this.#markReleased(reason);
     await this.#mailbox;
     await this.#effects.stop(reason);
     await Promise.allSettled(this.#writes);
@@ -262,23 +259,23 @@ export class Session {
     try {
       await this.decide({ type: 'close', reason });
     } finally {
-      await this.close(reason);
+      await this.release(reason);
     }
   }
 
-  /** A new conversation's first decision; when it fails (its record not written) the session closes. */
+  /** A new conversation's first decision; when it fails (its record not written) the session is released. */
   async #first(input: DecisionInput): Promise<void> {
     try {
       await this.decide(input);
     } catch (err) {
-      await this.close('its first decision failed');
+      await this.release('its first decision failed');
       throw err;
     }
   }
 
   /** Read, decide, append, apply: the only way anything changes. */
   async #decideAndApply(input: DecisionInput, msgId?: string): Promise<SubmitResult> {
-    if (this.#closed !== null) throw new SessionClosedError(this.conversationId, this.#closed);
+    if (this.#released !== null) throw new SessionUnavailableError(this.conversationId, this.#released);
     const before = this.snapshot;
     // Secrets reach the runtime's environment, never the log (nor, so, any frame or REST answer).
     const decision = decide(before, this.#mask(input), {
@@ -296,7 +293,8 @@ export class Session {
           state: decision.state,
           reason: decision.reason,
         });
-      if (decision.code === 'ENDED') throw new SessionClosedError(this.conversationId, decision.reason);
+      // Ended for good: it is being deleted.
+      if (decision.code === 'ENDED') throw new ConversationNotFoundError(this.conversationId);
       throw new IllegalTransitionError(decision.reason, decision.state);
     }
     if (this.#log.isDebug)
@@ -315,7 +313,7 @@ export class Session {
       first ??= result;
     }
     // Persist, then apply: the state the decider computed takes effect once every event of it is
-    // acknowledged. (An append that fails closes the session: it is reloaded from the log.)
+    // acknowledged. (An append that fails releases the session: it is rehydrated from the log.)
     this.#snapshot = decision.snapshot;
     this.#afterDecision(before);
     if (this.#log.checkpointDue(decision.events[0]!.id, decision.events.at(-1)!.id)) this.#checkpointLater();
@@ -328,7 +326,7 @@ export class Session {
     if (!snapshot) return;
     this.#deps.onApplied?.(this, before);
     // What the new state asks for, run the same way as after a fold.
-    if (this.#closed === null) this.#effects.follow(snapshot);
+    if (this.#released === null) this.#effects.follow(snapshot);
     if (this.#log.snapshotDue && snapshot.status === 'active') this.#snapshotLater();
   }
 
@@ -337,7 +335,7 @@ export class Session {
       await this.decide({ type: 'deadline', name: deadline.name });
     } catch (err) {
       // A deadline the state no longer keeps (it moved on meanwhile) is refused: nothing to do.
-      if (err instanceof IllegalTransitionError || err instanceof SessionClosedError) return;
+      if (err instanceof IllegalTransitionError || err instanceof SessionUnavailableError) return;
       this.#log.warn('deadline not stored', err);
     }
   }
@@ -370,7 +368,7 @@ export class Session {
 
   async #waitForStart(): Promise<void> {
     const until = performance.now() + this.#deps.startWaitMs;
-    while (this.state === 'loading' && this.#closed === null && performance.now() < until) {
+    while (this.state === 'loading' && this.#released === null && performance.now() < until) {
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   }
@@ -381,11 +379,11 @@ export class Session {
     return job;
   }
 
-  #markClosed(reason: string): void {
-    if (this.#closed !== null) return;
-    this.#closed = reason;
+  #markReleased(reason: string): void {
+    if (this.#released !== null) return;
+    this.#released = reason;
     this.#effects.clearDeadline();
-    this.#deps.onClosed?.(this, reason);
+    this.#deps.onReleased?.(this, reason);
   }
 }
 

@@ -10,7 +10,7 @@ import {
   type SnapshotRecord,
   type SnapshotStore,
 } from '../store/index.ts';
-import { SessionClosedError } from '../errors.ts';
+import { SessionUnavailableError } from '../errors.ts';
 
 /** Events per read when the agent's context is rebuilt from the log: the memory it takes is one page. */
 const REBUILD_PAGE = 1_000;
@@ -43,7 +43,7 @@ export interface SessionLogStart {
 
 /**
  * One session's side of the event log: appends with the expected last
- * sequence (a conflict means another writer: the session closes), the next
+ * sequence (a conflict means another writer: the session is released), the next
  * event id, snapshots, and the agent's context, which observes every event
  * once, as it is stored, so an agent step never rereads the history.
  */
@@ -109,12 +109,12 @@ export class SessionLog {
     });
   }
 
-  /** Appends one event; any fault other than a refused duplicate closes the session so it is reloaded from the log. */
+  /** Appends one event; any fault other than a refused duplicate releases the session, so that it is rehydrated from the log. */
   async append(event: StoredEvent, msgId?: string): Promise<SubmitResult> {
     if (this.#deps.leaseValid?.() === false) {
       // Fenced: after a lapse another node may own the conversation and not have written yet.
       this.#onFault('the lease lapsed');
-      throw new SessionClosedError(this.#conversationId, 'the lease lapsed');
+      throw new SessionUnavailableError(this.#conversationId, 'the lease lapsed');
     }
     try {
       const result = await this.#deps.log.append(event, { expectedLastSeq: this.#lastSeq, msgId });
@@ -134,12 +134,12 @@ export class SessionLog {
     } catch (err) {
       const reason = err instanceof VersionConflictError ? 'another writer appended to it' : 'the event log failed';
       this.#onFault(reason);
-      this.#deps.logger.error('append failed; session closed', {
+      this.#deps.logger.error('append failed; session released', {
         conversation_id: this.#conversationId,
         ...errorFields(err),
       });
       throw err instanceof VersionConflictError
-        ? new SessionClosedError(this.#conversationId, reason, { cause: err })
+        ? new SessionUnavailableError(this.#conversationId, reason, { cause: err })
         : err;
     }
   }

@@ -11,7 +11,7 @@ import type { RuntimeProvider } from '../runtime/index.ts';
 import type { CheckpointStore, ConversationEntry, ConversationStore, EventLog } from '../store/index.ts';
 import type { ConversationReads } from '../queries/conversationReads.ts';
 import { BadSeqError, IllegalTransitionError } from '../errors.ts';
-import { lastRecordedState } from '../conversation/loadSession.ts';
+import { lastRecordedState } from '../conversation/storedState.ts';
 import type { Ownership } from '../cluster/ownership.ts';
 import type { SecretKeeper } from './secretKeeper.ts';
 import { Session, type SessionDeps } from '../conversation/session.ts';
@@ -62,7 +62,7 @@ export class ConversationForks {
 
   async fork(parentId: string, user: string, atSeq: number): Promise<{ conversation_id: string }> {
     const deps = this.#deps;
-    await deps.reads.owned(parentId, user);
+    await deps.reads.entryOf(parentId, user);
     const id = deps.newId();
     const events = await this.#parentEvents(parentId, atSeq, id);
     const { snapshot, checkpoints } = this.#fold(events);

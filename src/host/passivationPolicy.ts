@@ -68,7 +68,7 @@ export class PassivationPolicy {
     const idle: Session[] = [];
     let live = 0;
     for (const session of this.#host.live()) {
-      if (session.closed) continue;
+      if (session.released) continue;
       live += 1;
       if (session.busy) continue;
       const quietFor = now - session.lastActivity;
@@ -96,9 +96,9 @@ export class PassivationPolicy {
   applied(session: Session, before: SessionSnapshot | undefined): void {
     const since = session.runningSince;
     if (since === null || since === (before?.context.runningSince ?? null)) return;
-    const owner = session.owner;
+    const user = session.user;
     const others = [...this.#host.live()].filter(
-      (s) => s !== session && !s.closed && s.owner === owner && (s.state === 'running' || s.state === 'loading'),
+      (s) => s !== session && !s.released && s.user === user && (s.state === 'running' || s.state === 'loading'),
     );
     let excess = others.length + 1 - this.#limits.maxRunningPerUser;
     const oldestFirst = others

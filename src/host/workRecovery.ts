@@ -2,15 +2,15 @@ import pLimit from 'p-limit';
 import { errorFields, type Logger } from '../logger.ts';
 import type { AgentState, LoggedEvent } from '../../protocol/index.ts';
 import type { ConversationEntry, ConversationStore, EventLog, WorkMarker } from '../store/index.ts';
-import { wasMidTask } from '../conversation/loadSession.ts';
+import { wasMidTask } from '../conversation/storedState.ts';
 import type { Ownership } from '../cluster/ownership.ts';
 
 export interface RecoveryHost {
-  /** Whether the conversation is live, or being loaded, in this process. */
+  /** Whether the conversation is live, being rehydrated, created or forked in this process. */
   here(conversationId: string): boolean;
   /** Brings the conversation back into memory here. */
-  load(entry: ConversationEntry): Promise<unknown>;
-  /** Runs `work` alone among this conversation's claims, loads and releases on this node. */
+  rehydrate(entry: ConversationEntry): Promise<unknown>;
+  /** Runs `work` alone among this conversation's claims, rehydrations and releases on this node. */
   exclusive<T>(conversationId: string, work: () => Promise<T>): Promise<T>;
 }
 
@@ -87,13 +87,13 @@ export class WorkRecovery {
         probe(async () => {
           const id = marker.conversation_id;
           try {
-            // Claimed, read and released (idle) or its load registered, with no other claim or release of it between.
+            // Claimed, read and released (idle) or its rehydration registered, with no other claim or release of it between.
             return await this.#host.exclusive(id, async () => {
               if (this.#host.here(id)) return undefined;
               if (!(await ownership.route(id)).local) return undefined;
               const entry = await recoverMarker(marker, conversations, log, this.#deps.purge);
               if (!entry) await ownership.release(id);
-              return entry && { loading: this.#host.load(entry) };
+              return entry && { rehydrating: this.#host.rehydrate(entry) };
             });
           } catch (err) {
             logger.warn('recovering a conversation failed', { conversation_id: id, ...errorFields(err) });
@@ -103,7 +103,7 @@ export class WorkRecovery {
       ),
     );
     const chosen = found.filter((step) => step !== undefined);
-    await Promise.allSettled(chosen.map((step) => step.loading));
+    await Promise.allSettled(chosen.map((step) => step.rehydrating));
     if (chosen.length > 0) logger.info('recovered conversations', { count: chosen.length });
     return chosen.length;
   }

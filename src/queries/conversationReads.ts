@@ -23,7 +23,7 @@ import type {
   SnapshotStore,
 } from '../store/index.ts';
 import { BadSeqError, ConversationNotFoundError } from '../errors.ts';
-import { loadSessionState, restore } from '../conversation/loadSession.ts';
+import { readStoredState, snapshotFrom } from '../conversation/storedState.ts';
 import type { Session } from '../conversation/session.ts';
 
 /** Log reads at once when a list page asks each conversation's last sequence. */
@@ -43,8 +43,6 @@ export interface ConnectPoint {
   state: AgentState;
   /** The stream sequence of the last stored event (0: none). */
   throughSeq: number;
-  /** Its event id (-1: none): event ids follow each other, so a live event that skips one shows a gap. */
-  lastEventId: number;
 }
 
 /** One page of a user's conversations; `next` is where the next page starts, null at the end. */
@@ -57,7 +55,6 @@ export interface ConversationPage {
 export interface Peek {
   snapshot: SessionSnapshot;
   throughSeq: number;
-  lastEventId: number;
   /** Whether it came from a session in this process's memory. */
   live: boolean;
 }
@@ -104,7 +101,7 @@ export class ConversationReads {
 
   /** A conversation as it stands. */
   async info(conversationId: string, user: string): Promise<Omit<ConversationInfo, 'owner'>> {
-    const { created_at } = await this.owned(conversationId, user);
+    const { created_at } = await this.entryOf(conversationId, user);
     const { snapshot, throughSeq, live } = await this.peek(conversationId);
     return {
       conversation_id: conversationId,
@@ -125,7 +122,7 @@ export class ConversationReads {
    * stored, nothing is loaded. BadSeqError when `atSeq` is not one of its events.
    */
   async stateAt(conversationId: string, user: string, atSeq?: number): Promise<ConversationState> {
-    await this.owned(conversationId, user);
+    await this.entryOf(conversationId, user);
     if (atSeq !== undefined && !(Number.isSafeInteger(atSeq) && atSeq >= 1))
       throw new BadSeqError(conversationId, atSeq);
     const seq = atSeq ?? (await this.#deps.log.lastSeq(conversationId));
@@ -144,7 +141,7 @@ export class ConversationReads {
   async eventsUpTo(conversationId: string, seq: number): Promise<{ events: LoggedEvent[]; start?: FoldStart }> {
     const checkpoint = await this.#deps.checkpoints.before(conversationId, seq);
     const snapshot =
-      checkpoint && checkpoint.machine_version === SESSION_MACHINE_VERSION ? restore(checkpoint) : undefined;
+      checkpoint && checkpoint.machine_version === SESSION_MACHINE_VERSION ? snapshotFrom(checkpoint) : undefined;
     const start = checkpoint && snapshot ? { seq: checkpoint.seq, snapshot } : undefined;
     const events: LoggedEvent[] = [];
     for (let afterSeq = start?.seq ?? 0; ;) {
@@ -161,17 +158,17 @@ export class ConversationReads {
   }
 
   async events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {
-    await this.owned(conversationId, user);
+    await this.entryOf(conversationId, user);
     return this.#deps.log.read(conversationId, page);
   }
 
   #isLive(conversationId: string): boolean {
     const live = this.#live(conversationId);
-    return live !== undefined && !live.closed;
+    return live !== undefined && !live.released;
   }
 
   /** The user's index entry of the conversation; another user's is as unknown as a missing one. */
-  async owned(conversationId: string, user: string): Promise<ConversationEntry> {
+  async entryOf(conversationId: string, user: string): Promise<ConversationEntry> {
     const entry = await this.#deps.conversations.get(user, conversationId);
     if (!entry) throw new ConversationNotFoundError(conversationId);
     return entry;
@@ -184,13 +181,13 @@ export class ConversationReads {
    */
   async peek(conversationId: string): Promise<Peek> {
     const live = this.#live(conversationId);
-    if (live && !live.closed && live.snapshot) {
-      return { snapshot: live.snapshot, throughSeq: live.lastSeq, lastEventId: live.lastEventId, live: true };
+    if (live && !live.released && live.snapshot) {
+      return { snapshot: live.snapshot, throughSeq: live.lastSeq, live: true };
     }
-    const loaded = await loadSessionState(this.#deps.log, this.#deps.snapshots, conversationId);
+    const loaded = await readStoredState(this.#deps.log, this.#deps.snapshots, conversationId);
     if (!loaded) throw new ConversationNotFoundError(conversationId);
-    const { snapshot, lastSeq, nextEventId } = loaded.state;
-    return { snapshot, throughSeq: lastSeq, lastEventId: nextEventId - 1, live: false };
+    const { snapshot, lastSeq } = loaded.state;
+    return { snapshot, throughSeq: lastSeq, live: false };
   }
 }
 

@@ -1,8 +1,7 @@
 import { type RawData, type WebSocket } from 'ws';
 import { errorFields } from '../logger.ts';
 import { ClientFrame, eventBytes, type LoggedEvent, type ServerFrame, type StatusFrame } from '../../protocol/index.ts';
-import type { ConnectPoint } from '../host/index.ts';
-import type { FeedMember } from '../queries/conversationFeed.ts';
+import type { ConnectPoint, FeedMember } from '../queries/index.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
 import type { WsGatewayOptions } from './wsGateway.ts';
 
@@ -94,10 +93,10 @@ export class ClientConnection {
     this.#conversationId = conversationId;
     this.#user = user;
     if (this.#stopped) return;
-    const member = (this.#member = this.#options.manager.feed.join(conversationId, (frame) => this.#status(frame)));
+    const member = (this.#member = this.#options.feed.join(conversationId, (frame) => this.#status(frame)));
     let at: ConnectPoint;
     try {
-      at = await this.#options.manager.connect(conversationId, user);
+      at = await this.#options.commands.connect(conversationId, user);
     } catch (err) {
       this.stop();
       throw err;
@@ -192,7 +191,7 @@ export class ClientConnection {
 
   async #act(frame: Extract<ClientFrame, { type: 'user_action' }>): Promise<void> {
     try {
-      await this.#options.manager.act(this.#conversationId, this.#user, frame.action, frame.client_id);
+      await this.#options.commands.act(this.#conversationId, this.#user, frame.action, frame.client_id);
     } catch (err) {
       const pub = toPublicError(err);
       if (pub.status >= 500)

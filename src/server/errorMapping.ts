@@ -11,7 +11,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   CONVERSATION_NOT_FOUND: 404,
   BAD_SEQ: 400,
   ILLEGAL_TRANSITION: 409,
-  SESSION_CLOSED: 503,
+  SESSION_UNAVAILABLE: 503,
   STORE_UNAVAILABLE: 503,
   VERSION_CONFLICT: 409,
   // Cluster: the owner is moving or gone; a retry finds the new one.

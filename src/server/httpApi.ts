@@ -12,14 +12,14 @@ import {
   StateQuery,
   type ConversationPage,
 } from '../../protocol/index.ts';
-import { BadSeqError, type SessionManager } from '../host/index.ts';
+import { BadSeqError } from '../errors.ts';
+import type { HostPorts } from './server.ts';
 import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
 import { foreignOrigin } from './origin.ts';
 import { PAGE_CSP, type PageAsset } from './pageAssets.ts';
 
-export interface HttpApiOptions {
-  manager: SessionManager;
+export interface HttpApiOptions extends Omit<HostPorts, 'feed'> {
   logger: Logger;
   maxBodyBytes: number;
   /** Who is calling; null when unauthenticated. */
@@ -41,9 +41,9 @@ interface Ctx {
 type Answer = { status: number; body?: unknown; text?: { type: string; body: string }; asset?: PageAsset };
 type Handler = (ctx: Ctx) => Promise<Answer>;
 
-/** The REST routes of the contract. Parses and routes; the session manager decides. */
+/** The REST routes of the contract. Parses and routes; the host's commands and queries decide. */
 export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: ServerResponse) => void {
-  const { manager } = options;
+  const { commands, queries } = options;
   const readJson = <T>(req: IncomingMessage, schema: ZodType<T>) =>
     readBody(req, options.maxBodyBytes).then((b) => parseJson(b, schema));
   const asset = (name: string): Answer => {
@@ -78,7 +78,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         const q = ClusterQuery.parse(Object.fromEntries(url.searchParams));
         return {
           status: 200,
-          body: q.conversation ? await manager.ownerNode(q.conversation, user) : await manager.cluster(),
+          body: q.conversation ? await queries.ownerNode(q.conversation, user) : await queries.cluster(),
         };
       },
     ],
@@ -87,7 +87,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
       /^\/api\/conversations$/,
       async ({ req, user }) => ({
         status: 201,
-        body: await manager.create(user, await readJson(req, CreateConversationBody)),
+        body: await commands.create(user, await readJson(req, CreateConversationBody)),
       }),
     ],
     [
@@ -95,7 +95,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
       /^\/api\/conversations$/,
       async ({ user, url }) => {
         const q = ConversationsQuery.parse(Object.fromEntries(url.searchParams));
-        const page = await manager.list(user, { limit: q.limit, ...(q.cursor && { after: q.cursor }) });
+        const page = await queries.list(user, { limit: q.limit, ...(q.cursor && { after: q.cursor }) });
         const body: ConversationPage = {
           items: page.items,
           next_cursor: page.next === null ? null : encodeListCursor(page.next),
@@ -106,14 +106,14 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
     [
       'GET',
       /^\/api\/conversations\/([^/]+)$/,
-      async ({ user, params }) => ({ status: 200, body: await manager.info(params[0]!, user) }),
+      async ({ user, params }) => ({ status: 200, body: await queries.info(params[0]!, user) }),
     ],
     [
       'GET',
       /^\/api\/conversations\/([^/]+)\/events$/,
       async ({ user, params, url }) => {
         const q = EventsQuery.parse(Object.fromEntries(url.searchParams));
-        const page = await manager.events(params[0]!, user, { afterSeq: q.after_seq, limit: q.limit });
+        const page = await queries.events(params[0]!, user, { afterSeq: q.after_seq, limit: q.limit });
         return { status: 200, body: { items: page.items, has_more: page.hasMore } };
       },
     ],
@@ -126,7 +126,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
         // Anything but a stream sequence names no event of the conversation.
         if (atSeq !== undefined && !(/^\d+$/.test(at_seq!) && Number.isSafeInteger(atSeq) && atSeq >= 1))
           throw new BadSeqError(params[0]!, JSON.stringify(at_seq));
-        return { status: 200, body: await manager.stateAt(params[0]!, user, atSeq) };
+        return { status: 200, body: await queries.stateAt(params[0]!, user, atSeq) };
       },
     ],
     [
@@ -134,7 +134,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
       /^\/api\/conversations\/([^/]+)\/fork$/,
       async ({ req, user, params }) => {
         const body = await readJson(req, ForkBody);
-        return { status: 201, body: await manager.fork(params[0]!, user, body.at_seq) };
+        return { status: 201, body: await commands.fork(params[0]!, user, body.at_seq) };
       },
     ],
     [
@@ -142,14 +142,14 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
       /^\/api\/conversations\/([^/]+)\/actions$/,
       async ({ req, user, params }) => {
         const body = await readJson(req, ActionBody);
-        return { status: 202, body: await manager.act(params[0]!, user, body.action, body.client_id) };
+        return { status: 202, body: await commands.act(params[0]!, user, body.action, body.client_id) };
       },
     ],
     [
       'POST',
       /^\/api\/conversations\/([^/]+)\/stop$/,
       async ({ user, params }) => {
-        await manager.act(params[0]!, user, { type: 'change_agent_state', state: 'stopped' });
+        await commands.act(params[0]!, user, { type: 'change_agent_state', state: 'stopped' });
         return { status: 200, body: { state: 'stopped' } };
       },
     ],
@@ -157,7 +157,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
       'DELETE',
       /^\/api\/conversations\/([^/]+)$/,
       async ({ user, params }) => {
-        await manager.delete(params[0]!, user);
+        await commands.delete(params[0]!, user);
         return { status: 204 };
       },
     ],

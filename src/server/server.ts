@@ -2,14 +2,21 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Duplex } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../logger.ts';
-import type { SessionManager } from '../host/index.ts';
+import type { ConversationCommands } from '../host/index.ts';
+import type { ConversationFeed, ConversationQueries } from '../queries/index.ts';
 import type { Authenticate } from './auth.ts';
 import { httpApi } from './httpApi.ts';
 import type { PageAsset } from './pageAssets.ts';
 import { WsGateway } from './wsGateway.ts';
 
-export interface TetherServerOptions {
-  manager: SessionManager;
+/** What the server sees of the node's host: commands, queries and the live feed; no business rules here. */
+export interface HostPorts {
+  commands: ConversationCommands;
+  queries: ConversationQueries;
+  feed: ConversationFeed;
+}
+
+export interface TetherServerOptions extends HostPorts {
   logger: Logger;
   maxFrameBytes: number;
   maxBodyBytes: number;

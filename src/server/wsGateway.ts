@@ -3,15 +3,15 @@ import type { Duplex } from 'node:stream';
 import { WebSocketServer, type ServerOptions, type WebSocket } from 'ws';
 import { errorFields, type Logger } from '../logger.ts';
 import { ConversationId } from '../../protocol/index.ts';
-import { ConversationNotFoundError, type SessionManager } from '../host/index.ts';
+import { ConversationNotFoundError } from '../errors.ts';
+import type { HostPorts } from './server.ts';
 import { foreignOrigin } from './origin.ts';
 import type { Authenticate } from './auth.ts';
 import { ClientConnection, CLOSE } from './clientConnection.ts';
 
 export { CLOSE } from './clientConnection.ts';
 
-export interface WsGatewayOptions {
-  manager: SessionManager;
+export interface WsGatewayOptions extends HostPorts {
   logger: Logger;
   maxFrameBytes: number;
   /** Bytes queued for one client beyond which it is closed with 1013 (default 8 MiB). */

@@ -13,7 +13,7 @@ import {
   type Upcaster,
 } from '../../machines/index.ts';
 import { StoredEvent } from '../../protocol/index.ts';
-import { SessionManager } from '../../src/host/index.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { memoryStores } from '../../src/store/index.ts';
@@ -138,7 +138,7 @@ for (const version of fixtureVersions()) {
         : 'come back under this version with `session_rehydrated` and no `machine_upgraded`',
       async () => {
         const stores = memoryStores();
-        const manager = new SessionManager({
+        const manager = new NodeHost({
           ...stores,
           runtimes: memoryRuntimeProvider(),
           agentFor: () => scriptedAgent(),

@@ -11,7 +11,9 @@ import {
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { StoredEvent, UserAction } from '../../protocol/index.ts';
 import { echoHandler, memoryRuntimeProvider, type MemoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { IllegalTransitionError, loadSessionState, SessionManager, type Session } from '../../src/host/index.ts';
+import { IllegalTransitionError } from '../../src/errors.ts';
+import { readStoredState, type Session } from '../../src/conversation/index.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import {
   memoryConversationStore,
   memoryEventLog,
@@ -41,7 +43,7 @@ export type PassivationPlan = { how: 'idle' | 'restart' | 'crash'; dropSnapshot:
 export type PassivationDone = 'idle' | 'mid_step' | 'skipped';
 
 /**
- * One conversation on a SessionManager over the in-memory twins (event log,
+ * One conversation on a NodeHost over the in-memory twins (event log,
  * conversation and snapshot stores, memory runtime), with the scripted agent
  * behind gates, a deterministic clock and checks after every step. Restarts
  * and crashes replace the manager by a new one on the same stores.
@@ -58,9 +60,9 @@ export class Harness {
   readonly #options: HarnessOptions;
   #time = Date.UTC(2026, 0, 1);
   #id: string | undefined;
-  readonly #frozen: Array<{ manager: SessionManager; session: Session }> = [];
+  readonly #frozen: Array<{ manager: NodeHost; session: Session }> = [];
   #crashed = false;
-  manager: SessionManager;
+  manager: NodeHost;
   /** User actions the session accepted so far. */
   acceptedActs = 0;
 
@@ -91,8 +93,8 @@ export class Harness {
     return this.#id;
   }
 
-  #newManager(): SessionManager {
-    return new SessionManager({
+  #newManager(): NodeHost {
+    return new NodeHost({
       log: this.log,
       conversations: this.conversations,
       snapshots: this.snapshots,
@@ -106,7 +108,7 @@ export class Harness {
   }
 
   async create(options: ConversationOptions): Promise<void> {
-    const { conversation_id } = await this.manager.create(USER, {
+    const { conversation_id } = await this.manager.commands.create(USER, {
       ...(options.initialMessage !== null && { initial_message: options.initialMessage }),
       confirmation_mode: options.confirmationMode,
       max_iterations: options.maxIterations,
@@ -161,7 +163,7 @@ export class Harness {
   /** Sends one action; refusals (IllegalTransitionError) are an outcome, any other error fails the run. */
   async #send(action: UserAction): Promise<{ outcome: 'accepted' | 'refused'; refusal: string }> {
     try {
-      await this.manager.act(this.id, USER, action);
+      await this.manager.commands.act(this.id, USER, action);
       this.acceptedActs += 1;
       return { outcome: 'accepted', refusal: '' };
     } catch (err) {
@@ -303,7 +305,7 @@ export class Harness {
     await this.manager.shutdown();
     // Frozen "crashed" processes are let go only now, so they never write during the run.
     for (const { manager, session } of this.#frozen) {
-      await session.close('crashed');
+      await session.release('crashed');
       await manager.shutdown();
     }
   }
@@ -359,7 +361,7 @@ export async function expectSnapshotLoadEqualsLogLoad(
   h: Harness,
   known?: { fold: SessionSnapshot; events: number },
 ): Promise<void> {
-  const fromSnapshot = await loadSessionState(h.log, h.snapshots, h.id);
+  const fromSnapshot = await readStoredState(h.log, h.snapshots, h.id);
   expect(fromSnapshot).toBeDefined();
   if (known) {
     expectSame(persisted(fromSnapshot!.state.snapshot), persisted(known.fold), 'snapshot + tail vs fold of the log');
@@ -367,7 +369,7 @@ export async function expectSnapshotLoadEqualsLogLoad(
     expect(fromSnapshot!.state.nextEventId, 'the next event id after a load').toBe(known.events);
     return;
   }
-  const fromLog = await loadSessionState(h.log, memorySnapshotStore(), h.id);
+  const fromLog = await readStoredState(h.log, memorySnapshotStore(), h.id);
   expectSame(
     persisted(fromSnapshot!.state.snapshot),
     persisted(fromLog!.state.snapshot),

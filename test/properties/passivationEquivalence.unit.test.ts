@@ -136,7 +136,7 @@ describe('passivation and rehydration', () => {
   );
 
   /*
-   * FAILED (fixed since): a bug in src/conversation (Session.passivate with SessionManager.act).
+   * FAILED (fixed since): a bug in src/conversation (Session.passivate with NodeHost.act).
    * seed 20260104 (still a regression seed), shrunk counterexample (RACE_FOUND, run first every time):
    *   {"harness":{"instantCommands":false,"snapshotEvery":1},
    *    "conversation":{"initialMessage":null,"confirmationMode":false,"maxIterations":10000},
@@ -148,7 +148,7 @@ describe('passivation and rehydration', () => {
    * the mailbox behind the passivation job; when it runs the actor is already
    * `passivated` (which takes no user event) while `close()` has not yet
    * marked the session closed, so #apply throws IllegalTransitionError rather
-   * than SessionClosedError, the one error act() retries on the session that
+   * than SessionUnavailableError, the one error act() retries on the session that
    * comes back. Scratch sweep: 0-1 ticks land before the passivation, 2-12
    * are refused, 13+ reach the rehydrated session.
    */

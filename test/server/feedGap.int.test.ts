@@ -49,12 +49,12 @@ describe('the live feed misses events', () => {
     const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
     tethers.push(a, b);
     const { port } = await b.listen(0, '127.0.0.1');
-    await a.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    await a.host.commands.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
     const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
     await ws.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
     for (const content of ['one', 'two', 'three', 'four']) {
       const from = ws.frames.length;
-      await a.manager.act('conv1', 'local', { type: 'message', content });
+      await a.host.commands.act('conv1', 'local', { type: 'message', content });
       await ws.waitFor(
         (f) =>
           f.type === 'event' &&
@@ -67,7 +67,7 @@ describe('the live feed misses events', () => {
     const stored = (await stores.log.read('conv1')).items;
     await ws.waitUntil(() => ws.lastSeq() >= stored.at(-1)!.seq, { what: 'every event' });
     expect(dropped.length).toBeGreaterThanOrEqual(8);
-    expect(b.manager.isLive('conv1')).toBe(false);
+    expect(b.host.isLive('conv1')).toBe(false);
     expect(ws.events().map((f) => ({ seq: f.seq, event: f.event }))).toEqual(stored);
     expect(ws.invalid).toEqual([]);
   });
@@ -91,7 +91,7 @@ describe('a status frame while a client joins', () => {
     const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
     tethers.push(a, b);
     const { port } = await b.listen(0, '127.0.0.1');
-    await a.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    await a.host.commands.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
     joining = true;
     const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
     await ws.waitFor((f) => f.type === 'status' && f.id === status.id, { what: 'the status frame' });
@@ -119,11 +119,11 @@ describe('an event stored while a client joins', () => {
     const b = createTether({ stores: { ...stores, log }, runtimes: memoryRuntimeProvider(), agent: scriptedAgent() });
     tethers.push(a, b);
     const { port } = await b.listen(0, '127.0.0.1');
-    await a.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    await a.host.commands.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
     const ready = async () => (await stores.log.read('conv1')).items.at(-1)?.event;
     while ((await ready())?.type !== 'agent_state_changed') await new Promise((r) => setTimeout(r, 5));
     during = async () => {
-      await a.manager.act('conv1', 'local', { type: 'change_agent_state', state: 'stopped' });
+      await a.host.commands.act('conv1', 'local', { type: 'change_agent_state', state: 'stopped' });
     };
     const ws = await WsClient.connect(`ws://127.0.0.1:${port}/ws?conversation_id=conv1`);
     await ws.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });

@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../../src/runtime/memoryRuntime.ts';
-import type { SessionManager } from '../../src/host/index.ts';
+import type { NodeHost } from '../../src/host/index.ts';
 import { memoryEventLog, type EventLog, type ReadOptions } from '../../src/store/index.ts';
-import { memoryManager } from '../support/memoryManager.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 10_000, secrets: {} };
 
@@ -53,8 +53,8 @@ async function events(log: EventLog, id: string): Promise<StoredEvent[]> {
 }
 
 /** One `!cat` round: the agent runs it, summarises the output, and waits again. */
-async function round(m: SessionManager, log: EventLog, id: string, n: number): Promise<void> {
-  await m.act(id, 'local', { type: 'message', content: `!cat file-${n}` });
+async function round(m: NodeHost, log: EventLog, id: string, n: number): Promise<void> {
+  await m.commands.act(id, 'local', { type: 'message', content: `!cat file-${n}` });
   for (let i = 0; i < 500; i++) {
     const last = (await log.last(id))?.event;
     if (last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input') return;
@@ -67,8 +67,8 @@ describe("a session's agent context", () => {
   it('observes every stored event once, in order, whatever the number of steps', async () => {
     const { log, wholeReads } = countingLog();
     const { agent, observed, contexts } = observingAgent();
-    const m = memoryManager({ log, agentFor: () => agent, runtimes: memoryRuntimeProvider(bigOutput) });
-    const { conversation_id: id } = await m.create('local', defaults);
+    const m = memoryHost({ log, agentFor: () => agent, runtimes: memoryRuntimeProvider(bigOutput) });
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     for (let n = 0; n < 10; n++) await round(m, log, id, n);
     const stored = await events(log, id);
     // Twenty agent steps, and each event was shown to the agent exactly once.
@@ -82,8 +82,8 @@ describe("a session's agent context", () => {
 
   it('is rebuilt from the log once after a snapshot restore, not once per step, however long the history', async () => {
     const { log, wholeReads } = countingLog();
-    const m = memoryManager({ log, runtimes: memoryRuntimeProvider(bigOutput) });
-    const { conversation_id: id } = await m.create('local', defaults);
+    const m = memoryHost({ log, runtimes: memoryRuntimeProvider(bigOutput) });
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     for (let n = 0; n < 42; n++) await round(m, log, id, n);
     const bytes = (await events(log, id)).reduce((sum, e) => sum + JSON.stringify(e).length, 0);
     expect(bytes).toBeGreaterThan(4 * 1024 * 1024);

@@ -1,13 +1,14 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import { silentLogger } from '../../src/logger.ts';
-import { ClusterOwnership, type SessionManager } from '../../src/host/index.ts';
+import { ClusterOwnership } from '../../src/cluster/index.ts';
+import { type NodeHost } from '../../src/host/index.ts';
 import { memoryClusterBus, memoryClusterStore, memoryStores } from '../../src/store/index.ts';
-import { memoryManager } from '../support/memoryManager.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 import { until } from '../support/until.ts';
 
 const LEASE = 1_000;
-const managers: SessionManager[] = [];
+const managers: NodeHost[] = [];
 afterEach(async () => {
   await Promise.all(managers.splice(0).map((m) => m.shutdown()));
 });
@@ -19,7 +20,7 @@ describe('the per-user running cap across a cluster', () => {
     const bus = memoryClusterBus();
     const ids = ['conv1', 'conv2'];
     const node = async (nodeId: string) => {
-      const manager = memoryManager({
+      const manager = memoryHost({
         ...stores,
         ownership: new ClusterOwnership({ nodeId, leaseMs: LEASE, store: cluster, logger: silentLogger }),
         bus,
@@ -34,17 +35,17 @@ describe('the per-user running cap across a cluster', () => {
     };
     const [a, b] = [await node('a'), await node('b')];
     const body = { confirmation_mode: false, max_iterations: 10, secrets: {} };
-    await a.create('local', body);
-    await b.create('local', body);
-    const state = async (id: string) => (await a.info(id, 'local')).state;
+    await a.commands.create('local', body);
+    await b.commands.create('local', body);
+    const state = async (id: string) => (await a.queries.info(id, 'local')).state;
     await until(async () => (await state('conv1')) === 'awaiting_user_input', 'conv1 ready');
     await until(async () => (await state('conv2')) === 'awaiting_user_input', 'conv2 ready');
 
-    await a.act('conv1', 'local', { type: 'message', content: 'first' });
+    await a.commands.act('conv1', 'local', { type: 'message', content: 'first' });
     await until(async () => (await state('conv1')) === 'running', 'conv1 running');
     expect(a.isLive('conv1')).toBe(true);
     // conv2 runs on b: the user has two running, one over the cap; conv1, the older, leaves a.
-    await b.act('conv2', 'local', { type: 'message', content: 'second' });
+    await b.commands.act('conv2', 'local', { type: 'message', content: 'second' });
     await until(() => !a.isLive('conv1'), 'conv1 to leave node a');
     const events = (await stores.log.read('conv1')).items.map((e) => e.event);
     expect(events.at(-1)).toMatchObject({ type: 'session_passivated', data: { reason: 'too_many_running' } });

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/logger.ts';
-import { ClusterOwnership } from '../../src/host/index.ts';
+import { ClusterOwnership } from '../../src/cluster/index.ts';
 import { memoryClusterStore, type ClusterStore } from '../../src/store/index.ts';
 
 const LEASE = 200;

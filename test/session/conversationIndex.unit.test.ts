@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
-import { SessionManager } from '../../src/host/index.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import { memoryStores, type EventLog, type Stores } from '../../src/store/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { wrapLog } from '../support/wrapLog.ts';
@@ -11,7 +11,7 @@ const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
 
 function manager(stores: Stores, agent: () => Agent = () => scriptedAgent(), log: EventLog = stores.log) {
   let n = 0;
-  return new SessionManager({
+  return new NodeHost({
     ...stores,
     log,
     runtimes: memoryRuntimeProvider(),
@@ -49,17 +49,17 @@ describe('the conversation index', () => {
     const log = new CountingLog(stores.log);
     const m = manager(stores, () => scriptedAgent(), log);
     const ids: string[] = [];
-    for (let i = 0; i < 5; i++) ids.push((await m.create('ada', defaults)).conversation_id);
+    for (let i = 0; i < 5; i++) ids.push((await m.commands.create('ada', defaults)).conversation_id);
     await until(async () =>
       (await stores.conversations.list('ada', { limit: 10 })).items.every((e) => e.state === 'awaiting_user_input'),
     );
-    await m.act(ids[0]!, 'ada', { type: 'change_agent_state', state: 'stopped' });
+    await m.commands.act(ids[0]!, 'ada', { type: 'change_agent_state', state: 'stopped' });
     await m.shutdown();
     const fresh = new CountingLog(stores.log);
     const later = manager(stores, () => scriptedAgent(), fresh);
-    const first = await later.list('ada', { limit: 3 });
+    const first = await later.queries.list('ada', { limit: 3 });
     expect(first.items.map((c) => c.conversation_id)).toEqual(ids.slice(2).reverse());
-    const second = await later.list('ada', { limit: 3, after: first.next! });
+    const second = await later.queries.list('ada', { limit: 3, after: first.next! });
     expect(second.items.map((c) => c.conversation_id)).toEqual(ids.slice(0, 2).reverse());
     expect(second.next).toBeNull();
     expect(second.items.at(-1)).toMatchObject({ state: 'stopped', in_memory: false, user: 'ada' });
@@ -68,7 +68,7 @@ describe('the conversation index', () => {
       expect(fresh.callsFor(c.conversation_id)).toEqual(['lastSeq']);
     }
     expect(later.liveCount).toBe(0);
-    expect((await later.list('bob', { limit: 3 })).items).toEqual([]);
+    expect((await later.queries.list('bob', { limit: 3 })).items).toEqual([]);
   });
 
   it('marks a conversation unsettled before the append that makes it busy, and answers after the entry holds the new state', async () => {
@@ -87,10 +87,10 @@ describe('the conversation index', () => {
       },
     });
     const m = manager(stores, () => gate.agent, log);
-    const { conversation_id: id } = await m.create('ada', defaults);
+    const { conversation_id: id } = await m.commands.create('ada', defaults);
     await until(async () => (await stores.conversations.get('ada', id))?.state === 'awaiting_user_input');
     expect((await stores.conversations.markers())[0]).toMatchObject({ conversation_id: id, unsettled: false });
-    await m.act(id, 'ada', { type: 'message', content: 'hi' });
+    await m.commands.act(id, 'ada', { type: 'message', content: 'hi' });
     // Answered: the entry already says running.
     expect(await stores.conversations.get('ada', id)).toMatchObject({ state: 'running', in_memory: true });
     gate.release();
@@ -110,7 +110,7 @@ describe('the conversation index', () => {
   it('rewrites an entry that lags its log when the session loads', async () => {
     const stores = memoryStores();
     const m = manager(stores);
-    const { conversation_id: id } = await m.create('ada', defaults);
+    const { conversation_id: id } = await m.commands.create('ada', defaults);
     await until(async () => (await stores.conversations.get('ada', id))?.state === 'awaiting_user_input');
     await m.shutdown();
     const entry = (await stores.conversations.get('ada', id))!;
@@ -128,8 +128,8 @@ describe('the conversation index', () => {
   it('repairs a stale unsettled marker from the one log it reads, and reads none for a settled one', async () => {
     const stores = memoryStores();
     const m = manager(stores);
-    const { conversation_id: stale } = await m.create('ada', defaults);
-    const { conversation_id: settled } = await m.create('bob', defaults);
+    const { conversation_id: stale } = await m.commands.create('ada', defaults);
+    const { conversation_id: settled } = await m.commands.create('bob', defaults);
     await until(async () => (await stores.conversations.markers()).every((marker) => !marker.unsettled));
     // A crash between an append and the index writes after it: the marker says too much, the entry too little.
     await stores.conversations.mark({ conversation_id: stale, user: 'ada', unsettled: true });
@@ -152,8 +152,8 @@ describe('the conversation index', () => {
     const stores = memoryStores();
     const gate = gatedAgent();
     const m = manager(stores, () => gate.agent);
-    const { conversation_id: busy } = await m.create('ada', { ...defaults, initial_message: 'think' });
-    const { conversation_id: idle } = await m.create('ada', defaults);
+    const { conversation_id: busy } = await m.commands.create('ada', { ...defaults, initial_message: 'think' });
+    const { conversation_id: idle } = await m.commands.create('ada', defaults);
     await until(async () => (await stores.conversations.get('ada', idle))?.state === 'awaiting_user_input');
     await until(async () => (await m.session(busy, 'ada')).state === 'running');
     await m.shutdown();
@@ -170,8 +170,8 @@ describe('the conversation index', () => {
   it('deleting a conversation removes its entry and marker', async () => {
     const stores = memoryStores();
     const m = manager(stores);
-    const { conversation_id: id } = await m.create('ada', defaults);
-    await m.delete(id, 'ada');
+    const { conversation_id: id } = await m.commands.create('ada', defaults);
+    await m.commands.delete(id, 'ada');
     expect(await stores.conversations.get('ada', id)).toBeUndefined();
     expect(await stores.conversations.markers()).toEqual([]);
     await m.shutdown();

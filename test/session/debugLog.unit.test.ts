@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { memoryManager } from '../support/memoryManager.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 import { jsonLogger, type LogLevel } from '../../src/logger.ts';
-import { IllegalTransitionError } from '../../src/host/index.ts';
+import { IllegalTransitionError } from '../../src/errors.ts';
 import { maskingLogger, SECRET_MASK } from '../../src/conversation/secretMasker.ts';
 import { memoryEventLog } from '../../src/store/index.ts';
 
@@ -20,7 +20,7 @@ const DEBUG_MESSAGES = ['decided', 'refused', 'appended', 'effect started', 'eff
 async function session(level: LogLevel) {
   const lines: Line[] = [];
   const log = memoryEventLog();
-  const m = memoryManager({ log, logger: jsonLogger(level, (line) => lines.push(JSON.parse(line) as Line)) });
+  const m = memoryHost({ log, logger: jsonLogger(level, (line) => lines.push(JSON.parse(line) as Line)) });
   const idle = async () => {
     for (let i = 0; i < 500; i++) {
       const live = await m.session(id, 'local');
@@ -30,13 +30,13 @@ async function session(level: LogLevel) {
     throw new Error('the conversation never came back to awaiting_user_input');
   };
   const body = { confirmation_mode: false, max_iterations: 10, secrets: { API_KEY: SECRET } };
-  const { conversation_id: id } = await m.create('local', body);
+  const { conversation_id: id } = await m.commands.create('local', body);
   await idle();
   const created = lines.length;
   try {
-    const sent = await m.act(id, 'local', { type: 'message', content: `!echo ${SECRET}` });
+    const sent = await m.commands.act(id, 'local', { type: 'message', content: `!echo ${SECRET}` });
     await idle();
-    const refusal = await m
+    const refusal = await m.commands
       .act(id, 'local', { type: 'change_agent_state', state: 'user_confirmed' })
       .catch((err: unknown) => err);
     return { id, log, lines, created, sent, refusal };

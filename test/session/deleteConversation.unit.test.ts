@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { memoryManager } from '../support/memoryManager.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { ConversationNotFoundError } from '../../src/host/index.ts';
+import { ConversationNotFoundError } from '../../src/errors.ts';
 import { memoryEventLog, type EventLog } from '../../src/store/index.ts';
 import { wrapLog } from '../support/wrapLog.ts';
 import { logViolations } from '../properties/logChecks.ts';
@@ -28,7 +28,7 @@ function recordingLog(failPurges = 0): { log: EventLog; purged: Map<string, Stor
 function setup(failPurges = 0) {
   const { log, purged } = recordingLog(failPurges);
   const runtimes = memoryRuntimeProvider();
-  const m = memoryManager({ log, runtimes });
+  const m = memoryHost({ log, runtimes });
   const idle = async (id: string) => {
     for (let i = 0; i < 500; i++) {
       if ((await m.session(id, 'local')).state === 'awaiting_user_input') return;
@@ -47,12 +47,12 @@ describe('deleting a conversation', () => {
   it('stores session_closed and the stopped state it leads to, which its followers see, before the log is purged', async () => {
     const { m, log, purged, idle } = setup();
     try {
-      const { conversation_id: id } = await m.create('local', body);
+      const { conversation_id: id } = await m.commands.create('local', body);
       await idle(id);
       const followed: LoggedEvent[] = [];
       await m.feed.listen(id, await log.lastSeq(id), { event: (e) => followed.push(e) }).caughtUp;
 
-      await m.delete(id, 'local');
+      await m.commands.delete(id, 'local');
 
       const stored = purged.get(id)!;
       expect(kinds(stored).slice(-3)).toEqual([
@@ -77,13 +77,13 @@ describe('deleting a conversation', () => {
   it('ends a conversation out of memory from its stored state, without bringing it back or starting anything', async () => {
     const { m, purged, runtimes, idle } = setup();
     try {
-      const { conversation_id: id } = await m.create('local', body);
+      const { conversation_id: id } = await m.commands.create('local', body);
       await idle(id);
       await m.passivate(id, 'idle');
       expect(m.isLive(id)).toBe(false);
       const runtimesBefore = runtimes.created.length;
 
-      await m.delete(id, 'local');
+      await m.commands.delete(id, 'local');
 
       const stored = purged.get(id)!;
       expect(kinds(stored).slice(-3)).toEqual(['session_passivated', 'session_closed', 'agent_state_changed stopped']);
@@ -99,16 +99,16 @@ describe('deleting a conversation', () => {
   it('leaves a conversation whose purge failed ended: it is not brought back, and deleting it again finishes', async () => {
     const { m, log, purged, idle } = setup(1);
     try {
-      const { conversation_id: id } = await m.create('local', body);
+      const { conversation_id: id } = await m.commands.create('local', body);
       await idle(id);
-      await expect(m.delete(id, 'local')).rejects.toThrow(/the store is down/);
+      await expect(m.commands.delete(id, 'local')).rejects.toThrow(/the store is down/);
       expect(kinds((await log.read(id)).items.map((i) => i.event)).slice(-2)).toEqual([
         'session_closed',
         'agent_state_changed stopped',
       ]);
       await expect(m.session(id, 'local')).rejects.toBeInstanceOf(ConversationNotFoundError);
 
-      await m.delete(id, 'local');
+      await m.commands.delete(id, 'local');
       expect(kinds(purged.get(id)!).filter((k) => k === 'session_closed')).toHaveLength(1);
       expect((await log.read(id)).items).toEqual([]);
     } finally {

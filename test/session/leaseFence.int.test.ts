@@ -1,13 +1,15 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/logger.ts';
-import { ClusterOwnership, SessionClosedError, type SessionManager } from '../../src/host/index.ts';
+import { ClusterOwnership } from '../../src/cluster/index.ts';
+import { SessionUnavailableError } from '../../src/errors.ts';
+import { type NodeHost } from '../../src/host/index.ts';
 import { memoryClusterBus, memoryClusterStore, memoryStores } from '../../src/store/index.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
-import { memoryManager } from '../support/memoryManager.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 import { until } from '../support/until.ts';
 
 const LEASE = 1_000;
-const managers: SessionManager[] = [];
+const managers: NodeHost[] = [];
 afterEach(async () => {
   await Promise.all(managers.splice(0).map((m) => m.shutdown()));
 });
@@ -25,10 +27,10 @@ describe('a node whose lease may have lapsed', () => {
       now: () => now,
     });
     const stores = memoryStores();
-    const manager = memoryManager({ ...stores, ownership, bus: memoryClusterBus(), newId: () => 'conv1' });
+    const manager = memoryHost({ ...stores, ownership, bus: memoryClusterBus(), newId: () => 'conv1' });
     managers.push(manager);
     await manager.start();
-    await manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    await manager.commands.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
     const stored = async () => (await stores.log.read('conv1')).items;
     await until(async () => endsAwaiting(await stored()), 'the conversation to be ready');
     const session = await manager.session('conv1', 'local');
@@ -36,9 +38,9 @@ describe('a node whose lease may have lapsed', () => {
 
     now += 2 * LEASE; // frozen for two leases: another node may own conv1 by now
     expect(ownership.leaseValid()).toBe(false);
-    await expect(session.act({ type: 'message', content: 'late' })).rejects.toThrow(SessionClosedError);
+    await expect(session.act({ type: 'message', content: 'late' })).rejects.toThrow(SessionUnavailableError);
     expect(await stored()).toEqual(before);
-    expect(session.closed).toBe(true);
+    expect(session.released).toBe(true);
 
     // The next heartbeat (a quarter lease later, on the real clock) says the lease lapsed: the session is dropped,
     // then the renewed node finds conv1 still its own and unfinished-free: nothing comes back, nothing is written.
@@ -46,7 +48,7 @@ describe('a node whose lease may have lapsed', () => {
     expect(manager.isLive('conv1')).toBe(false);
     expect(await stored()).toEqual(before);
     // Asked again, it is this node's to run: it comes back and answers.
-    await manager.act('conv1', 'local', { type: 'message', content: 'back' });
+    await manager.commands.act('conv1', 'local', { type: 'message', content: 'back' });
     await until(async () => endsAwaiting(await stored()), 'the answer');
     expect((await stored()).map((e) => e.event.id)).toEqual((await stored()).map((_, i) => i));
   });

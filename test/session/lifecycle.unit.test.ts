@@ -2,13 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager, type SessionLimits } from '../../src/host/index.ts';
+import { NodeHost, type SessionLimits } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore, type EventLog } from '../../src/store/index.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
 
 function manager(log: EventLog, startDelayMs: number, limits: Partial<SessionLimits>) {
-  return new SessionManager({
+  return new NodeHost({
     log,
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),
@@ -33,7 +33,7 @@ describe('session start', () => {
   it('reports error with a reason when the start does not finish before the start timeout', async () => {
     const log = memoryEventLog();
     const m = manager(log, 60_000, { startTimeoutMs: 150 });
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     await until(async () => (await m.session(id, 'local')).state === 'error', 'the start to time out');
     const stored = await events(log, id);
     expect(stored.find((e) => e.type === 'timeout')).toMatchObject({ data: { deadline: 'start' } });
@@ -46,34 +46,34 @@ describe('session start', () => {
   it('does not time out a start that finishes in time', async () => {
     const log = memoryEventLog();
     const m = manager(log, 20, { startTimeoutMs: 400 });
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     await until(async () => (await m.session(id, 'local')).state === 'awaiting_user_input', 'the start');
     await new Promise((r) => setTimeout(r, 500));
     expect((await events(log, id)).some((e) => e.type === 'timeout')).toBe(false);
     expect((await m.session(id, 'local')).state).toBe('awaiting_user_input');
   });
 
-  it('lets a close wait for a start in progress, then closes', async () => {
+  it('lets a release wait for a start in progress, then releases', async () => {
     const log = memoryEventLog();
     const m = manager(log, 200, { startTimeoutMs: 5_000 });
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     const session = await m.session(id, 'local');
     expect(session.state).toBe('loading');
-    await session.close('test');
-    expect(session.closed).toBe(true);
+    await session.release('test');
+    expect(session.released).toBe(true);
     expect((await events(log, id)).some((e) => e.type === 'runtime_status' && e.data.status === 'connected')).toBe(
       true,
     );
   });
 
-  it('closes a session whose start never finishes once the bound has passed', async () => {
+  it('releases a session whose start never finishes once the bound has passed', async () => {
     const log = memoryEventLog();
     const m = manager(log, 60_000, { startTimeoutMs: 150 });
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     const session = await m.session(id, 'local');
     const started = Date.now();
-    await session.close('test');
-    expect(session.closed).toBe(true);
+    await session.release('test');
+    expect(session.released).toBe(true);
     expect(Date.now() - started).toBeLessThan(5_000);
   });
 });
@@ -84,7 +84,7 @@ describe('rehydration', () => {
     const conversations = memoryConversationStore();
     const snapshots = memorySnapshotStore();
     const make = () =>
-      new SessionManager({
+      new NodeHost({
         log,
         conversations,
         snapshots,
@@ -96,14 +96,14 @@ describe('rehydration', () => {
       });
     const first = make();
     const ids: string[] = [];
-    for (let i = 0; i < 8; i++) ids.push((await first.create('local', defaults)).conversation_id);
+    for (let i = 0; i < 8; i++) ids.push((await first.commands.create('local', defaults)).conversation_id);
     for (const id of ids)
       await until(async () => (await first.session(id, 'local')).state === 'awaiting_user_input', 'start');
     await first.shutdown();
 
     const second = make();
     const acts = ids.flatMap((id) =>
-      [1, 2, 3].map((n) => second.act(id, 'local', { type: 'message', content: `${id} #${n}` })),
+      [1, 2, 3].map((n) => second.commands.act(id, 'local', { type: 'message', content: `${id} #${n}` })),
     );
     await Promise.all(acts);
     for (const id of ids) {

@@ -6,7 +6,7 @@ import pLimit from 'p-limit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager } from '../../src/host/index.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import { jetStreamStores, type NatsConnection, type Stores } from '../../src/store/index.ts';
 import { CountingLog } from '../support/countingLog.ts';
 import { connectTestNats, uniqueBucketName, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
@@ -37,8 +37,8 @@ afterAll(async () => {
 /** An agent whose step never answers: its conversation stays running until its process dies. */
 const hanging: Agent = { context: () => ({ observe: () => {}, step: () => new Promise(() => {}) }) };
 
-function manager(log: Stores['log'], agentFor: (id: string) => Agent, newId?: () => string): SessionManager {
-  return new SessionManager({
+function manager(log: Stores['log'], agentFor: (id: string) => Agent, newId?: () => string): NodeHost {
+  return new NodeHost({
     ...stores,
     log,
     runtimes: memoryRuntimeProvider(),
@@ -69,13 +69,16 @@ describe('recovery after a restart', () => {
       Array.from({ length: IDLE }, (_, i) =>
         create(async () => {
           n = i + 1;
-          const { conversation_id: id } = await first.create(`user${i % 7}`, defaults);
+          const { conversation_id: id } = await first.commands.create(`user${i % 7}`, defaults);
           idle.push(id);
         }),
       ),
     );
     n = 0;
-    const { conversation_id: busy } = await first.create('user0', { ...defaults, initial_message: 'think forever' });
+    const { conversation_id: busy } = await first.commands.create('user0', {
+      ...defaults,
+      initial_message: 'think forever',
+    });
     expect(busy).toBe('busy');
     const sessions = await Promise.all(idle.map((id, i) => first.session(id, `user${i % 7}`)));
     await until(() => sessions.every((s) => s.state === 'awaiting_user_input'), 'every idle conversation settled');
@@ -97,7 +100,7 @@ describe('recovery after a restart', () => {
     const back = await second.session(busy, 'user0');
     await until(() => back.state === 'awaiting_user_input', 'the busy conversation finishing its step');
     // The index no longer says the idle ones are in memory (the process that held them is gone).
-    const page = await second.list('user3', { limit: 1000 });
+    const page = await second.queries.list('user3', { limit: 1000 });
     expect(page.items.length).toBeGreaterThan(100);
     expect(page.items.filter((c) => c.in_memory || c.state !== 'awaiting_user_input')).toEqual([]);
 
@@ -108,7 +111,7 @@ describe('recovery after a restart', () => {
     expect(await third.recover()).toBe(0);
     expect(afterShutdown.conversationsRead).toEqual([]);
     // A list page reads the log once per item it answers (its last sequence), nothing else.
-    const listed = await third.list('user0', { limit: 10 });
+    const listed = await third.queries.list('user0', { limit: 10 });
     expect(listed.items).toHaveLength(10);
     expect(afterShutdown.conversationsRead.sort()).toEqual(listed.items.map((c) => c.conversation_id).sort());
     expect(listed.items.every((c) => afterShutdown.callsFor(c.conversation_id).join() === 'lastSeq')).toBe(true);

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../src/logger.ts';
-import { ClusterOwnership, type SessionManager } from '../../src/host/index.ts';
+import { ClusterOwnership } from '../../src/cluster/index.ts';
+import { type NodeHost } from '../../src/host/index.ts';
 import {
   memoryClusterBus,
   memoryClusterStore,
@@ -10,7 +11,7 @@ import {
   type Stores,
 } from '../../src/store/index.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
-import { memoryManager } from '../support/memoryManager.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 import { until } from '../support/until.ts';
 
 const LEASE = 1_000;
@@ -20,7 +21,7 @@ const LEASE = 1_000;
  * first, so there is no event to wait for: the bound lets the release go on.
  */
 const RACE_WINDOW_MS = 200;
-const managers: SessionManager[] = [];
+const managers: NodeHost[] = [];
 afterEach(async () => {
   await Promise.all(managers.splice(0).map((m) => m.shutdown()));
 });
@@ -41,7 +42,7 @@ async function node(cluster: Cluster, nodeId: string, store = cluster.store) {
     logger: silentLogger,
     now: () => cluster.now.ms,
   });
-  const manager = memoryManager({ ...cluster.stores, ownership, bus: cluster.bus, newId: () => 'conv1' });
+  const manager = memoryHost({ ...cluster.stores, ownership, bus: cluster.bus, newId: () => 'conv1' });
   managers.push(manager);
   await manager.start();
   return { ownership, manager };
@@ -77,7 +78,7 @@ describe('a node that gives up an idle conversation while a request for it comes
 
     // Node d creates conv1 and dies with it in memory, idle: a work marker, nothing to finish.
     const d = await node(cluster, 'd');
-    await d.manager.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
+    await d.manager.commands.create('local', { confirmation_mode: false, max_iterations: 100, secrets: {} });
     await until(async () => endsAwaiting(await stored()), 'conv1 to be ready');
     await d.ownership.stop({ leave: false });
     now.ms += 2 * LEASE;
@@ -98,7 +99,7 @@ describe('a node that gives up an idle conversation while a request for it comes
     expect((await cluster.store.owner('conv1'))?.record.node_id).toBe('a');
     // Node b, asked for conv1, finds node a its owner and forwards: one node runs it.
     const b = await node(cluster, 'b');
-    await b.manager.act('conv1', 'local', { type: 'message', content: 'through b' });
+    await b.manager.commands.act('conv1', 'local', { type: 'message', content: 'through b' });
     await until(async () => repliesTo(await stored(), 'through b').length === 1, 'the answer');
     expect(b.manager.isLive('conv1')).toBe(false);
     const log = await stored();

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { StatusFrame, StoredEvent } from '../../protocol/index.ts';
 import { echoHandler, memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { SessionManager } from '../../src/host/index.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
@@ -21,14 +21,14 @@ async function setup() {
   const runtimes = memoryRuntimeProvider((command, env) =>
     command.startsWith('sleep') ? new Promise(() => {}) : echoHandler(command, env),
   );
-  const m = new SessionManager({
+  const m = new NodeHost({
     log,
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),
     runtimes,
     agentFor: () => scriptedAgent(),
   });
-  const { conversation_id: id } = await m.create('local', defaults);
+  const { conversation_id: id } = await m.commands.create('local', defaults);
   const statuses: StatusFrame[] = [];
   m.feed.listen(id, 0, { event: () => {}, status: (frame) => statuses.push(frame) });
   const state = async () => (await m.session(id, 'local')).state;
@@ -40,7 +40,7 @@ async function setup() {
 describe('a runtime that dies', () => {
   it('stops the agent loop: its death is stored before the cut command gets an error observation, and the agent is in error', async () => {
     const { m, id, runtimes, statuses, state, events } = await setup();
-    await m.act(id, 'local', { type: 'message', content: '!sleep 100' });
+    await m.commands.act(id, 'local', { type: 'message', content: '!sleep 100' });
     await until(async () => (await events()).some((e) => e.type === 'command'), 'the command');
     runtimes.created[0]!.kill();
     await until(async () => (await events()).some((e) => e.type === 'command_output'), 'the observation');
@@ -60,10 +60,10 @@ describe('a runtime that dies', () => {
     const { m, id, runtimes, state, events } = await setup();
     runtimes.created[0]!.kill();
     await until(async () => (await state()) === 'error', 'the error state');
-    await m.act(id, 'local', { type: 'message', content: 'are you there?' });
+    await m.commands.act(id, 'local', { type: 'message', content: 'are you there?' });
     await until(async () => (await events()).some((e) => e.source === 'agent' && e.type === 'message'), 'an answer');
     await until(async () => (await state()) !== 'running', 'the answer to settle');
-    await m.act(id, 'local', { type: 'run', command: 'echo hi' });
+    await m.commands.act(id, 'local', { type: 'run', command: 'echo hi' });
     await until(async () => (await events()).some((e) => e.type === 'command_output'), 'the observation');
     const output = (await events()).find((e) => e.type === 'command_output');
     expect(output).toMatchObject({ data: { exit_code: null, output: expect.stringMatching(/reconnect/i) } });
@@ -74,13 +74,13 @@ describe('a runtime that dies', () => {
     const { m, id, runtimes, state, events } = await setup();
     runtimes.created[0]!.kill();
     await until(async () => (await state()) === 'error', 'the error state');
-    await m.connect(id, 'local');
+    await m.commands.connect(id, 'local');
     await until(async () => (await state()) === 'awaiting_user_input', 'the reconnect');
     expect(runtimes.created).toHaveLength(2);
     expect(runtimes.created[1]!.workspace).toBe(runtimes.created[0]!.workspace);
     // The reconnect is the user's, stored as such: the page refresh asked for it.
     expect((await events()).some((e) => e.type === 'reconnect_runtime' && e.source === 'user')).toBe(true);
-    await m.act(id, 'local', { type: 'run', command: 'echo back' });
+    await m.commands.act(id, 'local', { type: 'run', command: 'echo back' });
     await until(async () => (await events()).some((e) => e.type === 'command_output'), 'the output');
     expect((await events()).find((e) => e.type === 'command_output')).toMatchObject({
       data: { exit_code: 0, output: 'back\n' },
@@ -91,7 +91,7 @@ describe('a runtime that dies', () => {
     const { m, id, runtimes, state } = await setup();
     runtimes.created[0]!.kill();
     await until(async () => (await state()) === 'error', 'the error state');
-    await m.act(id, 'local', { type: 'reconnect_runtime' });
+    await m.commands.act(id, 'local', { type: 'reconnect_runtime' });
     await until(async () => (await state()) === 'awaiting_user_input', 'the reconnect');
     expect(runtimes.created).toHaveLength(2);
   });

@@ -3,12 +3,8 @@ import { agentStateOf, foldEvents, statePaths, traceLog } from '../../machines/i
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../../src/runtime/memoryRuntime.ts';
-import {
-  BadSeqError,
-  ConversationNotFoundError,
-  IllegalTransitionError,
-  SessionManager,
-} from '../../src/host/index.ts';
+import { BadSeqError, ConversationNotFoundError, IllegalTransitionError } from '../../src/errors.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import {
   memoryStores,
   StoreUnavailableError,
@@ -41,7 +37,7 @@ function setup(
   const log = options.log ? options.log(stores.log) : stores.log;
   const newId = ids();
   const manager = (over: Partial<Stores> = {}) =>
-    new SessionManager({
+    new NodeHost({
       ...stores,
       log,
       ...over,
@@ -58,14 +54,14 @@ async function events(log: EventLog, id: string): Promise<LoggedEvent[]> {
 }
 
 /** Waits until the conversation's log stops changing and its agent waits for the user. */
-async function settled(m: SessionManager, log: EventLog, id: string, state = 'awaiting_user_input'): Promise<void> {
+async function settled(m: NodeHost, log: EventLog, id: string, state = 'awaiting_user_input'): Promise<void> {
   let last = -1;
   let same = 0;
   await until(async () => {
     const seq = await log.lastSeq(id);
     same = seq === last ? same + 1 : 0;
     last = seq;
-    return same >= 5 && (await m.info(id, 'local')).state === state;
+    return same >= 5 && (await m.queries.info(id, 'local')).state === state;
   }, `conversation ${id} settled in ${state}`);
 }
 
@@ -76,10 +72,10 @@ describe('the state at an event', () => {
     const counting = { log: undefined as CountingLog | undefined };
     const { checkpoints, log, manager } = setup({ log: (inner) => (counting.log = new CountingLog(inner)) });
     const m = manager();
-    const { conversation_id: id } = await m.create('local', { ...body, initial_message: 'hello' });
+    const { conversation_id: id } = await m.commands.create('local', { ...body, initial_message: 'hello' });
     await settled(m, log, id);
     for (const content of ['!echo one', 'two', '!echo three']) {
-      await m.act(id, 'local', { type: 'message', content });
+      await m.commands.act(id, 'local', { type: 'message', content });
       await settled(m, log, id);
     }
     await m.passivate(id, 'idle');
@@ -94,7 +90,7 @@ describe('the state at an event', () => {
     const { steps } = traceLog(logged);
     for (const [i, item] of logged.entries()) {
       const fold = foldEvents(logged.slice(0, i + 1).map((l) => l.event)).snapshot;
-      const at = await m.stateAt(id, 'local', item.seq);
+      const at = await m.queries.stateAt(id, 'local', item.seq);
       expect(at.seq).toBe(item.seq);
       expect(at.event).toEqual(item.event);
       expect(at.state).toBe(agentStateOf(fold));
@@ -106,12 +102,12 @@ describe('the state at an event', () => {
       );
     }
     // Without at_seq: the last event.
-    expect(await m.stateAt(id, 'local')).toMatchObject({ seq: lastSeq, state: 'awaiting_user_input' });
-    expect(statePaths((await m.stateAt(id, 'local')).value as never)).toEqual(['passivated']);
+    expect(await m.queries.stateAt(id, 'local')).toMatchObject({ seq: lastSeq, state: 'awaiting_user_input' });
+    expect(statePaths((await m.queries.stateAt(id, 'local')).value as never)).toEqual(['passivated']);
 
     // A look near the end read one page from a checkpoint, not the log from its start.
     const reads = counting.log!.callsFor(id).length;
-    await m.stateAt(id, 'local', logged.at(-2)!.seq);
+    await m.queries.stateAt(id, 'local', logged.at(-2)!.seq);
     expect(counting.log!.callsFor(id).length - reads).toBe(1);
 
     // Nothing stored, nothing loaded.
@@ -124,15 +120,15 @@ describe('the state at an event', () => {
   it('answers BAD_SEQ for a seq that is not one of the conversation’s events, and 404 to another user', async () => {
     const { log, manager } = setup();
     const m = manager();
-    const { conversation_id: a } = await m.create('local', { ...body, initial_message: 'hello' });
-    const { conversation_id: b } = await m.create('local', body);
+    const { conversation_id: a } = await m.commands.create('local', { ...body, initial_message: 'hello' });
+    const { conversation_id: b } = await m.commands.create('local', body);
     await settled(m, log, a);
     const ofB = (await events(log, b))[0]!.seq;
     const last = await log.lastSeq(a);
-    for (const seq of [ofB, last + 1000]) await expect(m.stateAt(a, 'local', seq)).rejects.toThrow(BadSeqError);
-    await expect(m.stateAt(a, 'mallory', last)).rejects.toThrow(ConversationNotFoundError);
-    await expect(m.fork(a, 'local', ofB)).rejects.toThrow(BadSeqError);
-    await expect(m.fork(a, 'mallory', last)).rejects.toThrow(ConversationNotFoundError);
+    for (const seq of [ofB, last + 1000]) await expect(m.queries.stateAt(a, 'local', seq)).rejects.toThrow(BadSeqError);
+    await expect(m.queries.stateAt(a, 'mallory', last)).rejects.toThrow(ConversationNotFoundError);
+    await expect(m.commands.fork(a, 'local', ofB)).rejects.toThrow(BadSeqError);
+    await expect(m.commands.fork(a, 'mallory', last)).rejects.toThrow(ConversationNotFoundError);
     await m.shutdown();
   });
 });
@@ -141,17 +137,17 @@ describe('a fork', () => {
   it('copies the parent’s history through at_seq, says where it came from, goes on by itself, and leaves the parent as it was', async () => {
     const { log, checkpoints, manager } = setup();
     const m = manager();
-    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello' });
+    const { conversation_id: parent } = await m.commands.create('local', { ...body, initial_message: 'hello' });
     await settled(m, log, parent);
-    await m.act(parent, 'local', { type: 'message', content: '!echo one' });
+    await m.commands.act(parent, 'local', { type: 'message', content: '!echo one' });
     await settled(m, log, parent);
     const cut = await log.lastSeq(parent);
-    await m.act(parent, 'local', { type: 'message', content: 'later' });
+    await m.commands.act(parent, 'local', { type: 'message', content: 'later' });
     await settled(m, log, parent);
     const parentBefore = await events(log, parent);
     const copied = parentBefore.filter((l) => l.seq <= cut).map((l) => l.event);
 
-    const { conversation_id: fork } = await m.fork(parent, 'local', cut);
+    const { conversation_id: fork } = await m.commands.fork(parent, 'local', cut);
     expect(fork).not.toBe(parent);
     await settled(m, log, fork);
     const forked = (await events(log, fork)).map((l) => l.event);
@@ -163,26 +159,26 @@ describe('a fork', () => {
       data: { conversation_id: parent, seq: cut },
     });
     expect(forked[copied.length + 1]).toMatchObject({ type: 'session_rehydrated' });
-    expect(await m.info(fork, 'local')).toMatchObject({ forked_from: { conversation_id: parent, seq: cut } });
-    expect(await m.info(parent, 'local')).toMatchObject({ forked_from: null });
-    expect((await m.list('local', { limit: 10 })).items.map((i) => i.conversation_id)).toContain(fork);
+    expect(await m.queries.info(fork, 'local')).toMatchObject({ forked_from: { conversation_id: parent, seq: cut } });
+    expect(await m.queries.info(parent, 'local')).toMatchObject({ forked_from: null });
+    expect((await m.queries.list('local', { limit: 10 })).items.map((i) => i.conversation_id)).toContain(fork);
     // Checkpoints of the copied part, where the owner would have written them.
     expect(checkpoints.size).toBeGreaterThan(0);
     for (const item of (await log.read(fork)).items) {
-      const at = await m.stateAt(fork, 'local', item.seq);
+      const at = await m.queries.stateAt(fork, 'local', item.seq);
       const upTo = (await events(log, fork)).filter((l) => l.seq <= item.seq).map((l) => l.event);
       expect(at.context).toEqual(JSON.parse(JSON.stringify(foldEvents(upTo).snapshot.context)));
     }
 
     // It goes on by itself, and answers.
-    await m.act(fork, 'local', { type: 'message', content: 'in the fork' });
+    await m.commands.act(fork, 'local', { type: 'message', content: 'in the fork' });
     await settled(m, log, fork);
     expect(kinds((await events(log, fork)).map((l) => l.event)).slice(-3)).toContain('message');
     // The parent is untouched.
     expect(await events(log, parent)).toEqual(parentBefore);
     // Another user cannot fork it (nor see the fork).
-    await expect(m.fork(parent, 'mallory', cut)).rejects.toThrow(ConversationNotFoundError);
-    await expect(m.info(fork, 'mallory')).rejects.toThrow(ConversationNotFoundError);
+    await expect(m.commands.fork(parent, 'mallory', cut)).rejects.toThrow(ConversationNotFoundError);
+    await expect(m.queries.info(fork, 'mallory')).rejects.toThrow(ConversationNotFoundError);
     await m.shutdown();
   });
 
@@ -197,17 +193,17 @@ describe('a fork', () => {
     const { log, manager } = setup({ agentFor: (id) => (id === parentId ? held : scriptedAgent()) });
     const m = manager();
     parentId = 'c' + '0'.repeat(31);
-    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello' });
+    const { conversation_id: parent } = await m.commands.create('local', { ...body, initial_message: 'hello' });
     expect(parent).toBe(parentId);
     await settled(m, log, parent, 'running');
     const cut = await log.lastSeq(parent);
-    const { conversation_id: fork } = await m.fork(parent, 'local', cut);
+    const { conversation_id: fork } = await m.commands.fork(parent, 'local', cut);
     await settled(m, log, fork);
     const forked = (await events(log, fork)).map((l) => l.event);
     const answer = forked.find((e) => e.source === 'agent' && e.type === 'message');
     expect(answer).toBeDefined();
     expect(forked.indexOf(answer!)).toBeGreaterThan(forked.findIndex((e) => e.type === 'conversation_forked'));
-    expect((await m.info(parent, 'local')).state).toBe('running');
+    expect((await m.queries.info(parent, 'local')).state).toBe('running');
     await m.shutdown();
   });
 
@@ -221,11 +217,11 @@ describe('a fork', () => {
     };
     const { log, manager } = setup({ handler });
     const m = manager();
-    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: '!echo slow' });
+    const { conversation_id: parent } = await m.commands.create('local', { ...body, initial_message: '!echo slow' });
     await until(() => ran.includes('echo slow'), 'the parent runs its command');
     const cut = await log.lastSeq(parent);
     const command = (await events(log, parent)).find((l) => l.event.type === 'command')!.event;
-    const { conversation_id: fork } = await m.fork(parent, 'local', cut);
+    const { conversation_id: fork } = await m.commands.fork(parent, 'local', cut);
     await settled(m, log, fork);
     const output = (await events(log, fork)).map((l) => l.event).find((e) => e.type === 'command_output');
     expect(output).toMatchObject({ cause: command.id, data: { exit_code: null } });
@@ -245,24 +241,24 @@ describe('a fork', () => {
         }),
     });
     const first = manager();
-    const { conversation_id: parent } = await first.create('local', { ...body, initial_message: 'hello' });
+    const { conversation_id: parent } = await first.commands.create('local', { ...body, initial_message: 'hello' });
     await settled(first, log, parent);
     const cut = await log.lastSeq(parent);
     hang.after = hang.appended + 3;
-    void first.fork(parent, 'local', cut);
+    void first.commands.fork(parent, 'local', cut);
     const forkId = 'c' + '1'.padStart(31, '0');
     await until(async () => (await stores.log.lastSeq(forkId)) > 0, 'copies stored');
-    expect((await first.list('local', { limit: 10 })).items.map((i) => i.conversation_id)).toEqual([parent]);
+    expect((await first.queries.list('local', { limit: 10 })).items.map((i) => i.conversation_id)).toEqual([parent]);
 
     // A new process on the same stores.
     const second = manager({ log: stores.log });
     await second.recover();
-    expect((await second.list('local', { limit: 10 })).items.map((i) => i.conversation_id)).toEqual([parent]);
+    expect((await second.queries.list('local', { limit: 10 })).items.map((i) => i.conversation_id)).toEqual([parent]);
     expect(await stores.log.lastSeq(forkId)).toBe(0);
     expect(await stores.conversations.markers()).not.toContainEqual(
       expect.objectContaining({ conversation_id: forkId }),
     );
-    await expect(second.info(forkId, 'local')).rejects.toThrow(ConversationNotFoundError);
+    await expect(second.queries.info(forkId, 'local')).rejects.toThrow(ConversationNotFoundError);
     await second.shutdown();
   });
 
@@ -282,18 +278,18 @@ describe('a fork', () => {
       },
     });
     const replay = [recorded(1, 'recorded one'), recorded(3, 'recorded two')];
-    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello', replay });
+    const { conversation_id: parent } = await m.commands.create('local', { ...body, initial_message: 'hello', replay });
     await settled(m, log, parent);
     const agentSaid = async (id: string) =>
       (await events(log, id)).flatMap(({ event }) =>
         event.source === 'agent' && event.type === 'message' ? [event.data.content] : [],
       );
     expect(await agentSaid(parent)).toEqual(['recorded one']);
-    const { seq: cut } = await m.act(parent, 'local', { type: 'message', content: 'again' });
+    const { seq: cut } = await m.commands.act(parent, 'local', { type: 'message', content: 'again' });
     await settled(m, log, parent);
     // The parent replays its second recorded answer; the fork, cut at the message, asks the live agent.
     expect(await agentSaid(parent)).toEqual(['recorded one', 'recorded two']);
-    const { conversation_id: fork } = await m.fork(parent, 'local', cut);
+    const { conversation_id: fork } = await m.commands.fork(parent, 'local', cut);
     await settled(m, log, fork);
     const said = await agentSaid(fork);
     expect(said).toHaveLength(2);
@@ -311,13 +307,16 @@ describe('a fork', () => {
         }),
     });
     const m = manager();
-    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello' });
+    const { conversation_id: parent } = await m.commands.create('local', { ...body, initial_message: 'hello' });
     await settled(m, log, parent);
-    const { conversation_id: first } = await m.fork(parent, 'local', await log.lastSeq(parent));
+    const { conversation_id: first } = await m.commands.fork(parent, 'local', await log.lastSeq(parent));
     await settled(m, log, first);
-    const { conversation_id: second } = await m.fork(first, 'local', await log.lastSeq(first));
+    const { conversation_id: second } = await m.commands.fork(first, 'local', await log.lastSeq(first));
     await settled(m, log, second);
-    expect((await m.info(second, 'local')).forked_from).toEqual({ conversation_id: first, seq: expect.any(Number) });
+    expect((await m.queries.info(second, 'local')).forked_from).toEqual({
+      conversation_id: first,
+      seq: expect.any(Number),
+    });
     const forks = (await events(log, second)).filter((l) => l.event.type === 'conversation_forked');
     expect(forks.map((l) => l.event.type === 'conversation_forked' && l.event.data.conversation_id)).toEqual([
       parent,
@@ -325,9 +324,9 @@ describe('a fork', () => {
     ]);
 
     // A delete whose purge failed leaves the log ending with session_closed, and the record: nothing to fork there.
-    await expect(m.delete(parent, 'local')).rejects.toThrow(/store is down/);
+    await expect(m.commands.delete(parent, 'local')).rejects.toThrow(/store is down/);
     const closed = (await events(log, parent)).findLast((l) => l.event.type === 'session_closed')!;
-    await expect(m.fork(parent, 'local', closed.seq)).rejects.toThrow(IllegalTransitionError);
+    await expect(m.commands.fork(parent, 'local', closed.seq)).rejects.toThrow(IllegalTransitionError);
     await m.shutdown();
   });
 
@@ -349,9 +348,9 @@ describe('a fork', () => {
             : Promise.reject(new Error('KV is down')),
       },
     });
-    const { conversation_id: parent } = await m.create('local', { ...body, initial_message: 'hello' });
+    const { conversation_id: parent } = await m.commands.create('local', { ...body, initial_message: 'hello' });
     await settled(m, log, parent);
-    await expect(m.fork(parent, 'local', await log.lastSeq(parent))).rejects.toThrow(StoreUnavailableError);
+    await expect(m.commands.fork(parent, 'local', await log.lastSeq(parent))).rejects.toThrow(StoreUnavailableError);
     const fork = 'c' + '1'.padStart(31, '0');
     expect(await log.lastSeq(fork)).toBe(0);
     expect(await stores.conversations.markers()).not.toContainEqual(expect.objectContaining({ conversation_id: fork }));

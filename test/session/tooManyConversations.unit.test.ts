@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { memoryManager } from '../support/memoryManager.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 import type { Agent, AgentAction } from '../../src/agent/index.ts';
 import type { StatusFrame, StoredEvent } from '../../protocol/index.ts';
 import { TOO_MANY_CONVERSATIONS } from '../../src/host/index.ts';
@@ -27,16 +27,16 @@ async function until(what: string, check: () => boolean | Promise<boolean>): Pro
 describe('too many running conversations for one user', () => {
   it('tells the clients of the oldest that it left memory (not that it was paused), and it comes back running when next used', async () => {
     const log = memoryEventLog();
-    const m = memoryManager({ log, agentFor: () => thinkingAgent, limits: { maxRunningPerUser: 1 } });
+    const m = memoryHost({ log, agentFor: () => thinkingAgent, limits: { maxRunningPerUser: 1 } });
     const body = { confirmation_mode: false, max_iterations: 10, secrets: {}, initial_message: 'work' };
     const events = async (id: string): Promise<StoredEvent[]> => (await log.read(id)).items.map((i) => i.event);
     try {
-      const { conversation_id: oldest } = await m.create('local', body);
+      const { conversation_id: oldest } = await m.commands.create('local', body);
       const frames: StatusFrame[] = [];
       m.feed.listen(oldest, 0, { event: () => {}, status: (frame) => frames.push(frame) });
       await until('the first conversation runs', async () => (await m.session(oldest, 'local')).state === 'running');
 
-      await m.create('local', body);
+      await m.commands.create('local', body);
       await until('the first conversation left memory', () => !m.isLive(oldest));
       const told = frames.filter((f) => f.id === TOO_MANY_CONVERSATIONS.id);
       expect(told).toHaveLength(1);
@@ -49,11 +49,11 @@ describe('too many running conversations for one user', () => {
       });
 
       // A connection that only listens leaves it out of memory, and sees it running.
-      expect((await m.connect(oldest, 'local')).state).toBe('running');
+      expect((await m.commands.connect(oldest, 'local')).state).toBe('running');
       expect(m.isLive(oldest)).toBe(false);
       expect((await events(oldest)).at(-1)?.type).toBe('session_passivated');
       // What the message promises: its next action brings it back where it was, still running its task.
-      await m.act(oldest, 'local', { type: 'message', content: 'and then?' });
+      await m.commands.act(oldest, 'local', { type: 'message', content: 'and then?' });
       expect(m.isLive(oldest)).toBe(true);
       const after = await events(oldest);
       expect(after.some((e) => e.type === 'session_rehydrated')).toBe(true);

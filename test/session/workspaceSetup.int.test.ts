@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { localRuntimeProvider } from '../../src/runtime/index.ts';
-import { SessionManager } from '../../src/host/index.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
 
 const dirs: string[] = [];
@@ -29,7 +29,7 @@ async function withSetupScript(script: string) {
   const id = 'setup0conversation';
   await mkdir(join(root, id, '.tether'), { recursive: true });
   await writeFile(join(root, id, '.tether', 'setup.sh'), script);
-  const m = new SessionManager({
+  const m = new NodeHost({
     log,
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),
@@ -37,7 +37,7 @@ async function withSetupScript(script: string) {
     agentFor: () => scriptedAgent(),
     newId: () => id,
   });
-  await m.create('local', { confirmation_mode: false, max_iterations: 10, secrets: {} });
+  await m.commands.create('local', { confirmation_mode: false, max_iterations: 10, secrets: {} });
   const events = async (): Promise<StoredEvent[]> => (await log.read(id)).items.map((i) => i.event);
   return { m, id, root, events, state: async () => (await m.session(id, 'local')).state };
 }

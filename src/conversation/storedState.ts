@@ -7,10 +7,10 @@ import {
 } from '../../machines/index.ts';
 import type { AgentState, LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import type { EventLog, SnapshotRecord, SnapshotStore } from '../store/index.ts';
-import type { RestoredState } from './session.ts';
+import type { StoredState } from './session.ts';
 
-export interface LoadedState {
-  state: RestoredState;
+export interface StoredRead {
+  state: StoredState;
   from: 'snapshot' | 'log';
   /** Events folded on top of the snapshot (or the whole log). */
   folded: number;
@@ -24,13 +24,13 @@ export interface LoadedState {
  * log when there is no usable snapshot. Pure folding: no effect runs.
  * Returns undefined for a conversation with no events.
  */
-export async function loadSessionState(
+export async function readStoredState(
   log: EventLog,
   snapshots: SnapshotStore,
   conversationId: string,
-): Promise<LoadedState | undefined> {
+): Promise<StoredRead | undefined> {
   const record = await snapshots.get(conversationId);
-  const base = record && record.machine_version === SESSION_MACHINE_VERSION ? restore(record) : undefined;
+  const base = record && record.machine_version === SESSION_MACHINE_VERSION ? snapshotFrom(record) : undefined;
   if (record && base) {
     const { items } = await log.read(conversationId, { afterSeq: record.seq });
     const { snapshot } = foldEvents(items, { from: base });
@@ -66,7 +66,7 @@ export async function loadSessionState(
 }
 
 /** A persisted snapshot (or checkpoint) back as a machine snapshot; undefined when it does not fit the machine. */
-export function restore(record: SnapshotRecord): SessionSnapshot | undefined {
+export function snapshotFrom(record: SnapshotRecord): SessionSnapshot | undefined {
   const persisted = record.snapshot as { value?: unknown; context?: unknown } | null;
   if (!persisted || typeof persisted !== 'object' || !persisted.context) return undefined;
   try {

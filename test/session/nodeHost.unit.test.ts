@@ -2,12 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import {
-  ConversationNotFoundError,
-  IllegalTransitionError,
-  SessionClosedError,
-  SessionManager,
-} from '../../src/host/index.ts';
+import { ConversationNotFoundError, IllegalTransitionError, SessionUnavailableError } from '../../src/errors.ts';
+import { NodeHost } from '../../src/host/index.ts';
 import {
   memoryConversationStore,
   memoryEventLog,
@@ -23,7 +19,7 @@ function manager(
   snapshots: SnapshotStore = memorySnapshotStore(),
 ) {
   let n = 0;
-  return new SessionManager({
+  return new NodeHost({
     log,
     conversations,
     snapshots,
@@ -35,7 +31,7 @@ function manager(
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
 
-async function settle(m: SessionManager, id: string, state = 'awaiting_user_input'): Promise<void> {
+async function settle(m: NodeHost, id: string, state = 'awaiting_user_input'): Promise<void> {
   for (let i = 0; i < 200; i++) {
     const session = await m.session(id, 'local');
     if (session.state === state) return;
@@ -52,7 +48,7 @@ describe('session manager', () => {
   it('stores the creation, the runtime start, the message, each state change and the reply, in that order', async () => {
     const log = memoryEventLog();
     const m = manager(log);
-    const { conversation_id: id } = await m.create('local', { ...defaults, initial_message: 'hello' });
+    const { conversation_id: id } = await m.commands.create('local', { ...defaults, initial_message: 'hello' });
     await settle(m, id);
     const events = await allEvents(log, id);
     expect(events.map((e) => e.id)).toEqual(events.map((_, i) => i));
@@ -74,9 +70,9 @@ describe('session manager', () => {
   it('runs a command for a message starting with ! and stores its output as an observation of the command', async () => {
     const log = memoryEventLog();
     const m = manager(log);
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     await settle(m, id);
-    await m.act(id, 'local', { type: 'message', content: '!echo tether' });
+    await m.commands.act(id, 'local', { type: 'message', content: '!echo tether' });
     await settle(m, id);
     const events = await allEvents(log, id);
     const command = events.find((e) => e.type === 'command');
@@ -88,16 +84,17 @@ describe('session manager', () => {
 
   it('answers every message sent back to back while the agent thinks, each exactly once and in order', async () => {
     const log = memoryEventLog();
-    const m = new SessionManager({
+    const m = new NodeHost({
       log,
       conversations: memoryConversationStore(),
       snapshots: memorySnapshotStore(),
       runtimes: memoryRuntimeProvider(),
       agentFor: () => scriptedAgent({ delayMs: 30 }),
     });
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     await settle(m, id);
-    for (const text of ['one', 'two', 'three', 'four']) await m.act(id, 'local', { type: 'message', content: text });
+    for (const text of ['one', 'two', 'three', 'four'])
+      await m.commands.act(id, 'local', { type: 'message', content: text });
     await settle(m, id);
     const replies = (await allEvents(log, id)).flatMap((e) =>
       e.type === 'message' && e.source === 'agent' ? [/You said: "(\w+)"/.exec(e.data.content)?.[1]] : [],
@@ -108,10 +105,10 @@ describe('session manager', () => {
   it('refuses an illegal state change with the current state and stores nothing', async () => {
     const log = memoryEventLog();
     const m = manager(log);
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     await settle(m, id);
     const before = (await allEvents(log, id)).length;
-    const attempt = m.act(id, 'local', { type: 'change_agent_state', state: 'finished' });
+    const attempt = m.commands.act(id, 'local', { type: 'change_agent_state', state: 'finished' });
     await expect(attempt).rejects.toBeInstanceOf(IllegalTransitionError);
     await expect(attempt).rejects.toThrow(/awaiting_user_input/);
     expect(await allEvents(log, id)).toHaveLength(before);
@@ -120,12 +117,12 @@ describe('session manager', () => {
   it('stores an action retried with the same client_id once', async () => {
     const log = memoryEventLog();
     const m = manager(log);
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     await settle(m, id);
-    const first = await m.act(id, 'local', { type: 'message', content: 'once' }, 'client-1');
+    const first = await m.commands.act(id, 'local', { type: 'message', content: 'once' }, 'client-1');
     await settle(m, id);
     const settled = await allEvents(log, id);
-    const again = await m.act(id, 'local', { type: 'message', content: 'once' }, 'client-1');
+    const again = await m.commands.act(id, 'local', { type: 'message', content: 'once' }, 'client-1');
     expect(again).toEqual({ seq: first.seq, duplicate: true });
     // Not applied again either: no new state change, no second reply.
     expect((await m.session(id, 'local')).state).toBe('awaiting_user_input');
@@ -140,7 +137,7 @@ describe('session manager', () => {
     const conversations = memoryConversationStore();
     const snapshots = memorySnapshotStore();
     const first = manager(log, conversations, snapshots);
-    const { conversation_id: id } = await first.create('local', { ...defaults, initial_message: 'one' });
+    const { conversation_id: id } = await first.commands.create('local', { ...defaults, initial_message: 'one' });
     await settle(first, id);
     await first.shutdown();
     const stored = await allEvents(log, id);
@@ -151,9 +148,9 @@ describe('session manager', () => {
     expect((await snapshots.get(id))?.seq).toBe(await log.lastSeq(id));
 
     const second = manager(log, conversations, snapshots);
-    const info = await second.info(id, 'local');
+    const info = await second.queries.info(id, 'local');
     expect(info).toMatchObject({ state: 'awaiting_user_input', in_memory: false });
-    await second.act(id, 'local', { type: 'message', content: 'two' });
+    await second.commands.act(id, 'local', { type: 'message', content: 'two' });
     await settle(second, id);
     const events = await allEvents(log, id);
     expect(events[stored.length]).toMatchObject({
@@ -170,7 +167,7 @@ describe('session manager', () => {
     const conversations = memoryConversationStore();
     const snapshots = memorySnapshotStore();
     const first = manager(log, conversations, snapshots);
-    const { conversation_id: id } = await first.create('local', { ...defaults, initial_message: 'one' });
+    const { conversation_id: id } = await first.commands.create('local', { ...defaults, initial_message: 'one' });
     await settle(first, id);
     await first.shutdown();
     const record = (await snapshots.get(id))!;
@@ -185,11 +182,13 @@ describe('session manager', () => {
     const log = memoryEventLog();
     const conversations = memoryConversationStore();
     const a = manager(log, conversations);
-    const { conversation_id: id } = await a.create('local', defaults);
+    const { conversation_id: id } = await a.commands.create('local', defaults);
     await settle(a, id);
     const b = manager(log, conversations);
-    await b.act(id, 'local', { type: 'message', content: 'from b' });
-    await expect(a.act(id, 'local', { type: 'message', content: 'from a' })).rejects.toBeInstanceOf(SessionClosedError);
+    await b.commands.act(id, 'local', { type: 'message', content: 'from b' });
+    await expect(a.commands.act(id, 'local', { type: 'message', content: 'from a' })).rejects.toBeInstanceOf(
+      SessionUnavailableError,
+    );
     const texts = (await allEvents(log, id)).flatMap((e) =>
       e.type === 'message' && e.source === 'user' ? [e.data.content] : [],
     );
@@ -198,20 +197,20 @@ describe('session manager', () => {
 
   it('hides a conversation from another user as if it did not exist', async () => {
     const m = manager();
-    const { conversation_id: id } = await m.create('alice', defaults);
-    await expect(m.info(id, 'bob')).rejects.toBeInstanceOf(ConversationNotFoundError);
-    await expect(m.act(id, 'bob', { type: 'message', content: 'hi' })).rejects.toBeInstanceOf(
+    const { conversation_id: id } = await m.commands.create('alice', defaults);
+    await expect(m.queries.info(id, 'bob')).rejects.toBeInstanceOf(ConversationNotFoundError);
+    await expect(m.commands.act(id, 'bob', { type: 'message', content: 'hi' })).rejects.toBeInstanceOf(
       ConversationNotFoundError,
     );
-    expect(await m.list('bob', { limit: 10 })).toEqual({ items: [], next: null });
-    expect((await m.list('alice', { limit: 10 })).items.map((c) => c.conversation_id)).toEqual([id]);
+    expect(await m.queries.list('bob', { limit: 10 })).toEqual({ items: [], next: null });
+    expect((await m.queries.list('alice', { limit: 10 })).items.map((c) => c.conversation_id)).toEqual([id]);
   });
 
   it('reports a command as interrupted, not run again, when the process died while it ran', async () => {
     const log = memoryEventLog();
     const conversations = memoryConversationStore();
     let runs = 0;
-    const hanging = new SessionManager({
+    const hanging = new NodeHost({
       log,
       conversations,
       snapshots: memorySnapshotStore(),
@@ -221,9 +220,9 @@ describe('session manager', () => {
       }),
       agentFor: () => scriptedAgent(),
     });
-    const { conversation_id: id } = await hanging.create('local', defaults);
+    const { conversation_id: id } = await hanging.commands.create('local', defaults);
     await settle(hanging, id);
-    await hanging.act(id, 'local', { type: 'run', command: 'sleep 100' });
+    await hanging.commands.act(id, 'local', { type: 'run', command: 'sleep 100' });
     expect(runs).toBe(1);
     // The process "dies": a new manager on the same log, the old one never finishes.
     const revived = manager(log, conversations);
@@ -239,14 +238,14 @@ describe('session manager retries', () => {
   it('answers a retried state change as a duplicate, not as an illegal transition', async () => {
     const log = memoryEventLog();
     const m = manager(log);
-    const { conversation_id: id } = await m.create('local', defaults);
+    const { conversation_id: id } = await m.commands.create('local', defaults);
     await settle(m, id);
-    const first = await m.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-1');
-    const retry = await m.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-1');
+    const first = await m.commands.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-1');
+    const retry = await m.commands.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-1');
     expect(retry).toEqual({ seq: first.seq, duplicate: true });
-    await expect(m.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-2')).rejects.toBeInstanceOf(
-      IllegalTransitionError,
-    );
+    await expect(
+      m.commands.act(id, 'local', { type: 'change_agent_state', state: 'stopped' }, 'stop-2'),
+    ).rejects.toBeInstanceOf(IllegalTransitionError);
     const stops = (await allEvents(log, id)).filter((e) => e.type === 'change_agent_state');
     expect(stops).toHaveLength(1);
   });
@@ -265,7 +264,7 @@ describe('session manager snapshots', () => {
       get: (id) => store.get(id),
       delete: (id) => store.delete(id),
     };
-    const m = new SessionManager({
+    const m = new NodeHost({
       log,
       conversations: memoryConversationStore(),
       snapshots: counting,
@@ -274,10 +273,12 @@ describe('session manager snapshots', () => {
       // Four running at once: lift the per-user cap, whose passivations write snapshots too.
       limits: { snapshotEvery: 10, maxRunningPerUser: 10 },
     });
-    const ids = await Promise.all([1, 2, 3, 4].map(async () => (await m.create('local', defaults)).conversation_id));
+    const ids = await Promise.all(
+      [1, 2, 3, 4].map(async () => (await m.commands.create('local', defaults)).conversation_id),
+    );
     for (const id of ids) await settle(m, id);
     for (let round = 0; round < 5; round++) {
-      await Promise.all(ids.map((id) => m.act(id, 'local', { type: 'message', content: `round ${round}` })));
+      await Promise.all(ids.map((id) => m.commands.act(id, 'local', { type: 'message', content: `round ${round}` })));
       for (const id of ids) await settle(m, id);
     }
     for (const id of ids) {

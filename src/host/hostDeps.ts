@@ -35,7 +35,8 @@ export const DEFAULT_LIMITS: SessionLimits = {
   rehydrateConcurrency: 8,
 };
 
-export interface SessionManagerDeps {
+/** What a node's host is built from: the stores, runtimes and agents, and its settings. */
+export interface HostDeps {
   log: EventLog;
   conversations: ConversationStore;
   snapshots: SnapshotStore;

@@ -1,0 +1,3 @@
+export { HostQueries, type ConversationQueries } from './conversationQueries.ts';
+export { ConversationReads, type ConnectPoint, type ConversationPage } from './conversationReads.ts';
+export { ConversationFeed, type FeedListener, type FeedMember } from './conversationFeed.ts';
