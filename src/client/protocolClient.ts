@@ -118,11 +118,15 @@ export class ProtocolClient<S extends WebSocketLike = WebSocketLike> {
     });
   }
 
-  /** Sends text as it is on the open socket, whatever it holds (for tests of bad input); throws when not open. */
-  sendRaw(text: string): void {
+  /**
+   * Sends text as it is on the open socket, whatever it holds (for tests of
+   * bad input). Returns false, having sent nothing, when no socket is open.
+   */
+  sendRaw(text: string): boolean {
     const socket = this.#socket;
-    if (socket?.readyState !== OPEN) throw new ConnectionClosedError('sendRaw');
+    if (socket?.readyState !== OPEN) return false;
     socket.send(text);
+    return true;
   }
 
   /** Drops the current socket as a network fault would; the client reconnects with its cursor. */
