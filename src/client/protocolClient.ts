@@ -1,6 +1,7 @@
 import type { ServerFrame, UserAction } from '../../protocol/index.ts';
 import { backoffDelay, type Backoff } from './backoff.ts';
 import type { ClientState, InvalidFrame, ProtocolHandlers } from './clientHandlers.ts';
+import { afterSeqOf, connectUrl } from './connectUrl.ts';
 import { ConnectionClosedError } from './errors.ts';
 import { lightFrameCheck, type FrameCheck } from './frameCheck.ts';
 import { OPEN, type WebSocketConstructor, type WebSocketLike } from './webSocketLike.ts';
@@ -98,13 +99,21 @@ export class ProtocolClient<S extends WebSocketLike = WebSocketLike> {
   /**
    * Sends a user action now when live, else once `sync` has come on the next
    * socket (in the order asked). The `client_id` (generated when not given)
-   * makes the server store it once however often it arrives. An action sent
-   * on a socket that then dropped is not sent again: whether it was stored
-   * shows in the events. Returns the `client_id`.
+   * makes the server store it once however often it arrives; `null` sends
+   * none (a retry is then stored again: for callers that measure the server
+   * without it). An action sent on a socket that then dropped is not sent
+   * again: whether it was stored shows in the events. Returns the `client_id`.
    */
-  send(action: UserAction, clientId: string = crypto.randomUUID()): string {
-    this.#queue.push(JSON.stringify({ type: 'user_action', action, client_id: clientId }));
-    this.#flush();
+  send(action: UserAction, clientId: string | null = crypto.randomUUID()): string | null {
+    const frame = JSON.stringify(
+      clientId === null ? { type: 'user_action', action } : { type: 'user_action', action, client_id: clientId },
+    );
+    const socket = this.#socket;
+    if (this.#queue.length === 0 && this.#synced && socket?.readyState === OPEN) socket.send(frame);
+    else {
+      this.#queue.push(frame);
+      this.#flush();
+    }
     return clientId;
   }
 
@@ -163,16 +172,9 @@ export class ProtocolClient<S extends WebSocketLike = WebSocketLike> {
   }
 
   #url(): string {
-    const { url, conversationId, token } = this.#options;
-    if (this.#urlAsGiven) {
-      this.#urlAsGiven = false;
-      return url;
-    }
-    const address = new URL(url);
-    if (conversationId !== undefined) address.searchParams.set('conversation_id', conversationId);
-    if (token !== undefined) address.searchParams.set('token', token);
-    address.searchParams.set('after_seq', String(this.#cursor));
-    return address.toString();
+    if (!this.#urlAsGiven) return connectUrl(this.#options, this.#cursor);
+    this.#urlAsGiven = false;
+    return this.#options.url;
   }
 
   #closed(socket: S, code: number, reason: string): void {
@@ -254,7 +256,8 @@ export class ProtocolClient<S extends WebSocketLike = WebSocketLike> {
   #flush(): void {
     const socket = this.#socket;
     if (!socket || !this.#synced || socket.readyState !== OPEN) return;
-    for (const frame of this.#queue.splice(0)) socket.send(frame);
+    for (const frame of this.#queue) socket.send(frame);
+    this.#queue.length = 0;
   }
 
   #rejectPings(why: string): void {
@@ -271,12 +274,4 @@ export class ProtocolClient<S extends WebSocketLike = WebSocketLike> {
 /** Opens a protocol client (see ProtocolClient). */
 export function protocolClient<S extends WebSocketLike>(options: ProtocolClientOptions<S>): ProtocolClient<S> {
   return new ProtocolClient(options);
-}
-
-/** The url's `after_seq` when it is a cursor (a non-negative integer), else undefined. */
-function afterSeqOf(url: string): number | undefined {
-  const text = new URL(url).searchParams.get('after_seq');
-  if (text === null || !/^\d+$/.test(text)) return undefined;
-  const seq = Number(text);
-  return Number.isSafeInteger(seq) ? seq : undefined;
 }

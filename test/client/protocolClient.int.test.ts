@@ -124,7 +124,7 @@ describe('ProtocolClient', () => {
     expect(server.connections[0]!.query.get('after_seq')).toBe('3');
   });
 
-  it('sends actions asked for while it was down once, after the next sync, each with its client_id', async () => {
+  it('sends actions asked for while it was down once, after the next sync, each with its client_id (or none)', async () => {
     const server = await serve({ events: 1 });
     const { client, seen } = connect(server);
     await until(() => seen.events.length === 1);
@@ -133,7 +133,8 @@ describe('ProtocolClient', () => {
 
     const first = client.send({ type: 'message', content: 'one' });
     const second = client.send({ type: 'message', content: 'two' }, 'my-id');
-    await until(() => seen.events.length === 3);
+    client.send({ type: 'message', content: 'three' }, null);
+    await until(() => seen.events.length === 4);
     await sleep(100);
 
     expect(second).toBe('my-id');
@@ -142,8 +143,9 @@ describe('ProtocolClient', () => {
     expect(server.connections[1]!.received).toEqual([
       { type: 'user_action', action: { type: 'message', content: 'one' }, client_id: first },
       { type: 'user_action', action: { type: 'message', content: 'two' }, client_id: 'my-id' },
+      { type: 'user_action', action: { type: 'message', content: 'three' } },
     ]);
-    expect(seen.events.slice(1).map((e) => e.event.source)).toEqual(['user', 'user']);
+    expect(seen.events.slice(1).map((e) => e.event.source)).toEqual(['user', 'user', 'user']);
   });
 
   it('does not reconnect after 4004', async () => {
