@@ -58,6 +58,43 @@ export default tseslint.config(
     },
   },
   {
+    // The protocol client runs in the page too: no Node, no socket library (the caller gives the WebSocket
+    // class), no NATS, and no zod at run time (it would reach the page's bundle): protocol/ for its types only.
+    files: ['src/client/**'],
+    rules: {
+      // `import { type X } from` keeps the import, and so the module, at run time: `import type` only.
+      '@typescript-eslint/no-import-type-side-effects': 'error',
+      'no-restricted-imports': 'off',
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            ...BARE_BUILTINS.map((name) => ({ name })),
+            { name: 'zod', allowTypeImports: true, message: 'src/client/ reaches the page: no zod at run time.' },
+          ],
+          patterns: [
+            { group: ['node:*'], message: 'src/client/ runs in browsers too: no Node built-ins.' },
+            { group: ['ws'], message: 'The caller gives the WebSocket class (the browser’s, or ws’s in Node).' },
+            { group: ['@nats-io/*'], message: 'Only src/store/ talks to NATS.' },
+            { group: ['zod/*'], allowTypeImports: true, message: 'src/client/ reaches the page: no zod at run time.' },
+            {
+              regex: '(^|/)protocol(/|$)',
+              allowTypeImports: true,
+              message: 'protocol/ holds zod schemas: src/client/ imports its types only (`import type`).',
+            },
+          ],
+        },
+      ],
+      'no-restricted-globals': [
+        'error',
+        { name: 'Buffer', message: 'Node only: use Uint8Array and TextDecoder.' },
+        { name: 'process', message: 'Node only: take what you need as an argument.' },
+        { name: '__dirname', message: 'Node only.' },
+        { name: 'require', message: 'Node only.' },
+      ],
+    },
+  },
+  {
     // Tests poke at parsed JSON (frames, REST answers, LLM request bodies); the schemas are checked in src/.
     files: ['test/**'],
     rules: {

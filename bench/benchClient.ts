@@ -1,4 +1,5 @@
-import WebSocket from 'ws';
+import { protocolClient, type EventFrame, type ProtocolClient } from '../src/client/index.ts';
+import { BenchSocket } from './benchSocket.ts';
 import type { PacedMember } from './latencyPacing.ts';
 
 /** An event frame as received: its cursor and the event's JSON text as the server sent it. */
@@ -36,8 +37,9 @@ export class BenchClient implements PacedMember {
   onArrival: ((k: number) => void) | null = null;
   readonly failed: Promise<never>;
   #rejectFailed: (err: Error) => void = () => {};
-  readonly #socket: WebSocket;
+  readonly #client: ProtocolClient<BenchSocket>;
   readonly #index: number;
+  #closing = false;
   #sent = 0;
   #echoed = 0;
   #lastUserSeq = -1;
@@ -47,8 +49,8 @@ export class BenchClient implements PacedMember {
   #failure: Error | null = null;
   #waitingFor: { seq: number; resolve: () => void } | null = null;
 
-  private constructor(socket: WebSocket, index: number) {
-    this.#socket = socket;
+  private constructor(client: ProtocolClient<BenchSocket>, index: number) {
+    this.#client = client;
     this.#index = index;
     this.failed = new Promise<never>((_, reject) => (this.#rejectFailed = reject));
     this.failed.catch(() => undefined);
@@ -63,24 +65,31 @@ export class BenchClient implements PacedMember {
     index: number,
   ): Promise<BenchClient> {
     const url = `${baseWsUrl}/ws?${auth}&conversation_id=${conversationId}&after_seq=${afterSeq}`;
-    const socket = new WebSocket(url, { perMessageDeflate: false });
-    const client = new BenchClient(socket, index);
     return new Promise((resolve, reject) => {
       let synced = false;
-      socket.on('error', (err) => (synced ? client.#fail(err) : reject(err)));
-      socket.on('close', (code, reason) => {
-        const err = new Error(`ws of ${conversationId} closed (${code} ${reason.toString()})`);
-        if (synced) client.#fail(err);
-        else reject(err);
-      });
-      socket.on('message', (data) => {
-        const text = (data as Buffer).toString();
-        const frame = JSON.parse(text) as { type: string };
-        if (frame.type === 'sync') {
-          synced = true;
-          resolve(client);
-        } else client.#onFrame(frame, text);
-      });
+      const failed = (err: Error) => (synced ? client.#fail(err) : reject(err));
+      const client: BenchClient = new BenchClient(
+        protocolClient({
+          WebSocket: BenchSocket,
+          url,
+          reconnect: false,
+          handlers: {
+            sync: () => {
+              synced = true;
+              resolve(client);
+            },
+            event: (frame, text) => client.#onEvent(frame, text),
+            error: (_frame, text) => client.#fail(new Error(`server error frame: ${text}`)),
+            invalid: (frame) =>
+              failed(new Error(`ws of ${conversationId}: ${frame.problem}: ${frame.raw.slice(0, 300)}`)),
+            socketError: (event) => failed((event as { error?: Error }).error ?? new Error('socket error')),
+            close: ({ code, reason }) => {
+              if (!client.#closing) failed(new Error(`ws of ${conversationId} closed (${code} ${reason})`));
+            },
+          },
+        }),
+        index,
+      );
     });
   }
 
@@ -111,14 +120,13 @@ export class BenchClient implements PacedMember {
 
   /** Sends the conversation's k-th user message now, whatever is in flight (paced runs). */
   sendMessage(k: number): void {
-    this.#socket.send(
-      JSON.stringify({ type: 'user_action', action: { type: 'message', content: messageText(this.#index, k) } }),
-    );
+    // No client_id: what is measured stores each message once without JetStream's dedupe.
+    this.#client.send({ type: 'message', content: messageText(this.#index, k) }, null);
   }
 
   close(): void {
-    this.#socket.removeAllListeners('close');
-    this.#socket.close(1000);
+    this.#closing = true;
+    this.#client.close(1000);
   }
 
   #topUp(): void {
@@ -126,10 +134,8 @@ export class BenchClient implements PacedMember {
     while (this.#sent < messages && this.#sent - this.#echoed < window) this.sendMessage(this.#sent++);
   }
 
-  #onFrame(frame: { type: string }, text: string): void {
-    if (frame.type === 'error') return this.#fail(new Error(`server error frame: ${text}`));
-    if (frame.type !== 'event') return;
-    const { seq, event } = frame as EventFrameShape;
+  #onEvent(frame: EventFrame, text: string): void {
+    const { seq, event } = frame as unknown as EventFrameShape;
     const state = event.type === 'agent_state_changed' ? event.data?.state : undefined;
     // The event's own JSON, cut from the frame text: what the server sent, byte for byte.
     const eventJson = text.slice(text.indexOf('"event":') + 8, -1);

@@ -8,7 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import WebSocket from 'ws';
+import { protocolClient, type ProtocolClient } from '../src/client/index.ts';
 import { scriptedAgent } from '../src/agent/index.ts';
 import { silentLogger } from '../src/logger.ts';
 import { CreateConversationBody, type LoggedEvent } from '../protocol/index.ts';
@@ -16,6 +16,7 @@ import { localRuntimeProvider, type Runtime, type RuntimeProvider } from '../src
 import type { NodeHost } from '../src/host/index.ts';
 import { jetStreamStores, type NatsConnection } from '../src/store/index.ts';
 import { createTether, type Tether } from '../src/tether.ts';
+import { BenchSocket } from './benchSocket.ts';
 import { benchStoreNames, deleteBenchStores } from './benchStores.ts';
 import { listened, within } from './measure.ts';
 
@@ -171,30 +172,35 @@ export async function httpColdStart(fx: ColdStartFixture): Promise<ColdStart> {
   if (res.status !== 201) throw new Error(`POST /api/conversations: HTTP ${res.status} ${await res.text()}`);
   const { conversation_id: id } = (await res.json()) as { conversation_id: string };
   const createdMs = performance.now() - t0;
-  const socket = new WebSocket(`${fx.wsUrl}/ws?conversation_id=${id}`, { perMessageDeflate: false });
+  let client: ProtocolClient<BenchSocket> | undefined;
+  let done = false;
   try {
     const ms = await within(
       fx.timeoutMs,
       'a cold start over HTTP and ws',
       new Promise<number>((resolve, reject) => {
-        socket.on('error', reject);
-        socket.on('close', (code) => reject(new Error(`ws of ${id} closed (${code}) before awaiting_user_input`)));
-        socket.on('message', (data) => {
-          const frame = JSON.parse((data as Buffer).toString()) as {
-            type: string;
-            event?: LoggedEvent['event'];
-            message?: string;
-          };
-          if (frame.type === 'error') reject(new Error(`ws error frame: ${frame.message}`));
-          if (frame.type === 'event' && frame.event && isIdle(frame.event)) resolve(performance.now() - t0);
+        client = protocolClient({
+          WebSocket: BenchSocket,
+          url: `${fx.wsUrl}/ws?conversation_id=${id}`,
+          reconnect: false,
+          handlers: {
+            event: (frame) => {
+              if (isIdle(frame.event)) resolve(performance.now() - t0);
+            },
+            error: (frame) => reject(new Error(`ws error frame: ${frame.message}`)),
+            invalid: (frame) => reject(new Error(`ws of ${id}: ${frame.problem}: ${frame.raw.slice(0, 300)}`)),
+            socketError: (event) => reject((event as { error?: Error }).error ?? new Error('socket error')),
+            close: ({ code }) => {
+              if (!done) reject(new Error(`ws of ${id} closed (${code}) before awaiting_user_input`));
+            },
+          },
         });
       }),
     );
     return { conversationId: id, ms, marks: [], createdMs };
   } finally {
-    socket.removeAllListeners();
-    socket.on('error', () => {});
-    socket.terminate();
+    done = true;
+    client?.socket?.terminate();
   }
 }
 

@@ -1,10 +1,13 @@
 // The density step's ws clients: up to 10,000 sockets in one node process of
 // their own (the server's heap must not hold them), idle once connected. A
-// Tether client is connected when its `sync` frame arrived; a bare ws client
-// when the socket opened. densityRuns.ts drives it over IPC.
+// Tether client (the protocol client, src/client/) is connected when its
+// `sync` frame arrived; a bare ws client (the baseline's, ws itself) when the
+// socket opened. densityRuns.ts drives it over IPC.
 import { performance } from 'node:perf_hooks';
 import pLimit from 'p-limit';
 import WebSocket from 'ws';
+import { protocolClient, type ProtocolClient } from '../src/client/index.ts';
+import { BenchSocket } from './benchSocket.ts';
 import { answerCommands } from './heapBench.ts';
 
 export interface ClientsStatus {
@@ -35,40 +38,77 @@ interface EventFrame {
 class IdleClient {
   sawPassivation = false;
   lost = false;
+  closing = false;
   listener: ((frame: EventFrame) => void) | null = null;
+  /** The Tether client, or the bare baseline's socket. */
+  tether: ProtocolClient<BenchSocket> | null = null;
+  bare: WebSocket | null = null;
+  /** Called when the socket has closed (set by `close`). */
+  onClosed: (() => void) | null = null;
 
-  constructor(readonly socket: WebSocket) {}
+  get socket(): WebSocket | null {
+    return this.tether ? this.tether.socket : this.bare;
+  }
 }
 
 let clients: IdleClient[] = [];
 const CONNECTING_AT_ONCE = 200;
 
 function open(url: string, sync: boolean): Promise<IdleClient> {
-  const socket = new WebSocket(url, { perMessageDeflate: false });
-  const client = new IdleClient(socket);
+  return sync ? openTether(url) : openBare(url);
+}
+
+/** A Tether client: connected once `sync` came with the conversation awaiting the user. */
+function openTether(url: string): Promise<IdleClient> {
+  const client = new IdleClient();
   return new Promise((resolve, reject) => {
     let connected = false;
-    const connectedNow = () => {
-      connected = true;
-      resolve(client);
-    };
+    const lostOr = (err: Error) => (connected ? (client.lost = true) : reject(err));
+    client.tether = protocolClient({
+      WebSocket: BenchSocket,
+      url,
+      reconnect: false,
+      handlers: {
+        sync: (frame) => {
+          if (frame.state !== 'awaiting_user_input') return reject(new Error(`${url}: sync in state ${frame.state}`));
+          connected = true;
+          resolve(client);
+        },
+        event: (frame) => {
+          if (frame.event.type === 'session_passivated') client.sawPassivation = true;
+          client.listener?.(frame as unknown as EventFrame);
+        },
+        error: (frame) => {
+          client.lost = true;
+          client.listener?.(frame);
+        },
+        invalid: (frame) => lostOr(new Error(`${url}: ${frame.problem}: ${frame.raw.slice(0, 300)}`)),
+        socketError: (event) => lostOr((event as { error?: Error }).error ?? new Error(`${url}: socket error`)),
+        close: ({ code, reason }) => {
+          if (client.closing) return client.onClosed?.();
+          lostOr(new Error(`${url} closed before it connected (${code} ${reason})`));
+        },
+      },
+    });
+  });
+}
+
+/** The baseline's client: ws itself, connected once the socket opened. */
+function openBare(url: string): Promise<IdleClient> {
+  const socket = new WebSocket(url, { perMessageDeflate: false });
+  const client = new IdleClient();
+  client.bare = socket;
+  return new Promise((resolve, reject) => {
+    let connected = false;
     socket.on('error', (err) => (connected ? (client.lost = true) : reject(err)));
     socket.on('close', (code, reason) => {
+      if (client.closing) return client.onClosed?.();
       if (connected) client.lost = true;
       else reject(new Error(`${url} closed before it connected (${code} ${reason.toString()})`));
     });
-    if (!sync) socket.once('open', connectedNow);
-    socket.on('message', (data) => {
-      const frame = JSON.parse((data as Buffer).toString()) as EventFrame;
-      if (frame.type === 'sync') {
-        if (frame.state === 'awaiting_user_input') connectedNow();
-        else reject(new Error(`${url}: sync in state ${frame.state}`));
-      } else if (frame.type === 'error') {
-        client.lost = true;
-      } else if (frame.event?.type === 'session_passivated') {
-        client.sawPassivation = true;
-      }
-      client.listener?.(frame);
+    socket.once('open', () => {
+      connected = true;
+      resolve(client);
     });
   });
 }
@@ -112,9 +152,8 @@ function roundTrip(client: IdleClient, index: number, timeoutMs: number): Promis
         resolve();
       }
     };
-    client.socket.send(
-      JSON.stringify({ type: 'user_action', action: { type: 'message', content }, client_id: `density-${index}` }),
-    );
+    if (!client.tether) return fail(new Error(`client ${index}: a round trip needs a Tether client`));
+    client.tether.send({ type: 'message', content }, `density-${index}`);
   });
 }
 
@@ -127,7 +166,7 @@ answerCommands<ClientsProtocol>({
     return { ms: performance.now() - t0 };
   },
   status: async () => ({
-    open: clients.filter((c) => c.socket.readyState === WebSocket.OPEN).length,
+    open: clients.filter((c) => c.socket?.readyState === WebSocket.OPEN).length,
     lost: clients.filter((c) => c.lost).length,
     sawPassivation: clients.filter((c) => c.sawPassivation).length,
   }),
@@ -146,10 +185,12 @@ answerCommands<ClientsProtocol>({
     const closing = clients.map(
       (c) =>
         new Promise<void>((resolve) => {
-          if (c.socket.readyState === WebSocket.CLOSED) return resolve();
-          c.socket.removeAllListeners('close');
-          c.socket.once('close', () => resolve());
-          c.socket.close(1000);
+          const socket = c.socket;
+          if (!socket || socket.readyState === WebSocket.CLOSED) return resolve();
+          c.closing = true;
+          c.onClosed = resolve;
+          if (c.tether) c.tether.close(1000);
+          else socket.close(1000);
         }),
     );
     clients = [];

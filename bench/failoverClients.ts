@@ -2,7 +2,8 @@
 // node, which notes when each stored event reaches it, and the REST calls,
 // among them a message sent again (same client_id) until a node accepts it.
 import { setTimeout as sleep } from 'node:timers/promises';
-import WebSocket from 'ws';
+import { protocolClient, type ProtocolClient } from '../src/client/index.ts';
+import { BenchSocket } from './benchSocket.ts';
 
 /** A stored event as a client sees it. */
 export interface SeenEvent {
@@ -45,38 +46,39 @@ export const awaitingInput = (e: SeenEvent) => e.type === 'agent_state_changed' 
 /** One ws client on a conversation, from its first event; `arrival` tells when an event reached it. */
 export class ConversationWatch {
   readonly conversationId: string;
-  readonly #socket: WebSocket;
+  #client: ProtocolClient<BenchSocket> | null = null;
+  #closing = false;
   readonly #seen: Array<{ at: number; event: SeenEvent }> = [];
   #waiters: Waiter[] = [];
   #failure: Error | null = null;
 
-  private constructor(conversationId: string, socket: WebSocket) {
+  private constructor(conversationId: string) {
     this.conversationId = conversationId;
-    this.#socket = socket;
   }
 
   /** Opens `/ws` on the whole history and resolves once the `sync` frame arrived. */
   static open(wsBase: string, token: string, conversationId: string): Promise<ConversationWatch> {
-    const socket = new WebSocket(`${wsBase}/ws?conversation_id=${conversationId}&token=${token}`, {
-      perMessageDeflate: false,
-    });
-    const watch = new ConversationWatch(conversationId, socket);
+    const watch = new ConversationWatch(conversationId);
     return new Promise((resolve, reject) => {
       let synced = false;
-      socket.on('error', (err) => (synced ? watch.#fail(err) : reject(err)));
-      socket.on('close', (code) => {
-        const err = new Error(`the ws client of ${conversationId} was closed (${code})`);
-        if (synced) watch.#fail(err);
-        else reject(err);
-      });
-      socket.on('message', (data) => {
-        const at = Date.now();
-        const frame = JSON.parse((data as Buffer).toString()) as Frame;
-        if (frame.type === 'sync') {
-          synced = true;
-          resolve(watch);
-        } else if (frame.type === 'event') watch.#arrived(at, seenEvent(frame.seq, frame.event));
-        else if (frame.type === 'error') watch.#fail(new Error(`${conversationId}: error frame ${frame.code}`));
+      const failed = (err: Error) => (synced ? watch.#fail(err) : reject(err));
+      watch.#client = protocolClient({
+        WebSocket: BenchSocket,
+        url: `${wsBase}/ws?conversation_id=${conversationId}&token=${token}`,
+        reconnect: false,
+        handlers: {
+          sync: () => {
+            synced = true;
+            resolve(watch);
+          },
+          event: (frame) => watch.#arrived(Date.now(), seenEvent(frame.seq, frame.event as WireEvent)),
+          error: (frame) => watch.#fail(new Error(`${conversationId}: error frame ${frame.code}`)),
+          invalid: (frame) => failed(new Error(`${conversationId}: ${frame.problem}: ${frame.raw.slice(0, 300)}`)),
+          socketError: (event) => failed((event as { error?: Error }).error ?? new Error('socket error')),
+          close: ({ code }) => {
+            if (!watch.#closing) failed(new Error(`the ws client of ${conversationId} was closed (${code})`));
+          },
+        },
       });
     });
   }
@@ -104,8 +106,8 @@ export class ConversationWatch {
   }
 
   close(): void {
-    this.#socket.removeAllListeners('close');
-    this.#socket.terminate();
+    this.#closing = true;
+    this.#client?.socket?.terminate();
   }
 
   #arrived(at: number, event: SeenEvent): void {
@@ -120,12 +122,6 @@ export class ConversationWatch {
     for (const w of this.#waiters.splice(0)) w.reject(err);
   }
 }
-
-type Frame =
-  | { type: 'sync' }
-  | { type: 'event'; seq: number; event: WireEvent }
-  | { type: 'error'; code: string }
-  | { type: 'status' | 'pong' };
 
 function partition<T>(items: readonly T[], test: (item: T) => boolean): [T[], T[]] {
   return [items.filter(test), items.filter((item) => !test(item))];

@@ -5,7 +5,9 @@
 // times its own catch-up. Commands and replies travel over the IPC channel.
 import { performance } from 'node:perf_hooks';
 import { io, type Socket } from 'socket.io-client';
-import WebSocket from 'ws';
+import type WebSocket from 'ws';
+import { protocolClient, type ProtocolClient } from '../src/client/index.ts';
+import { BenchSocket } from './benchSocket.ts';
 
 /** An event frame as received: its seq and the event's JSON text as the server sent it. */
 export type Frame = [seq: number, eventJson: string];
@@ -64,17 +66,17 @@ export type ResumeReply =
   | { type: 'seqs'; seqs: number[] }
   | { type: 'failed'; error: string };
 
-/** Tether's watching client: keeps every event frame, fails on an error frame or an unexpected close. */
+/** Tether's watching client (the protocol client): keeps every event frame, fails on an error frame or an unexpected close. */
 class Watcher {
   readonly frames: Frame[] = [];
-  readonly #socket: WebSocket;
+  #client: ProtocolClient<BenchSocket> | null = null;
+  #closing = false;
   readonly #afterSeq: number;
   #throughSeq = -1;
   #waiting: Array<{ seq: number; resolve: () => void; reject: (err: Error) => void }> = [];
   #failure: Error | null = null;
 
-  private constructor(socket: WebSocket, afterSeq: number) {
-    this.#socket = socket;
+  private constructor(afterSeq: number) {
     this.#afterSeq = afterSeq;
   }
 
@@ -82,30 +84,33 @@ class Watcher {
   static open(url: string): Promise<{ watcher: Watcher; syncMs: number }> {
     const t0 = performance.now();
     const afterSeq = Number(new URL(url).searchParams.get('after_seq') ?? 0);
-    const socket = new WebSocket(url, { perMessageDeflate: false });
-    const watcher = new Watcher(socket, afterSeq);
+    const watcher = new Watcher(afterSeq);
     return new Promise((resolve, reject) => {
       let synced = false;
-      socket.on('error', (err) => (synced ? watcher.#fail(err) : reject(err)));
-      socket.on('close', (code, reason) => {
-        const err = new Error(`the watcher's ws closed (${code} ${reason.toString()})`);
-        if (synced) watcher.#fail(err);
-        else reject(err);
-      });
-      socket.on('message', (data) => {
-        const text = (data as Buffer).toString();
-        const frame = JSON.parse(text) as { type: string; seq?: number; through_seq?: number };
-        if (frame.type === 'sync') {
-          synced = true;
-          watcher.#throughSeq = frame.through_seq ?? -1;
-          resolve({ watcher, syncMs: performance.now() - t0 });
-        } else if (frame.type === 'event') {
-          // The event's own JSON, cut from the frame text: what the server sent, byte for byte.
-          watcher.frames.push([frame.seq!, text.slice(text.indexOf('"event":') + 8, -1)]);
-          watcher.#settle();
-        } else if (frame.type === 'error') {
-          watcher.#fail(new Error(`server error frame: ${text}`));
-        }
+      const failed = (err: Error) => (synced ? watcher.#fail(err) : reject(err));
+      watcher.#client = protocolClient({
+        WebSocket: BenchSocket,
+        url,
+        reconnect: false,
+        handlers: {
+          sync: (frame) => {
+            synced = true;
+            watcher.#throughSeq = frame.through_seq;
+            resolve({ watcher, syncMs: performance.now() - t0 });
+          },
+          event: (frame, text) => watcher.#event(frame.seq, text),
+          error: (_frame, text) => watcher.#fail(new Error(`server error frame: ${text}`)),
+          invalid: (frame) => {
+            // An event the server sent twice or out of order is kept, as it came, for verifyResume to find.
+            const event = frame.reason === 'order' ? (frame.value as { type?: string; seq?: number }) : undefined;
+            if (event?.type === 'event' && event.seq !== undefined) watcher.#event(event.seq, frame.raw);
+            else failed(new Error(`the watcher's ws: ${frame.problem}: ${frame.raw.slice(0, 300)}`));
+          },
+          socketError: (event) => failed((event as { error?: Error }).error ?? new Error('socket error')),
+          close: ({ code, reason }) => {
+            if (!watcher.#closing) failed(new Error(`the watcher's ws closed (${code} ${reason})`));
+          },
+        },
       });
     });
   }
@@ -128,9 +133,14 @@ class Watcher {
   }
 
   terminate(): void {
-    this.#socket.removeAllListeners();
-    this.#socket.on('error', () => {});
-    this.#socket.terminate();
+    this.#closing = true;
+    this.#client?.socket?.terminate();
+  }
+
+  #event(seq: number, text: string): void {
+    // The event's own JSON, cut from the frame text: what the server sent, byte for byte.
+    this.frames.push([seq, text.slice(text.indexOf('"event":') + 8, -1)]);
+    this.#settle();
   }
 
   #settle(): void {

@@ -4,7 +4,7 @@ import { api, ApiError } from './api.ts';
 import { chatItem, describe } from './chat.ts';
 import { Diagram } from './diagram.ts';
 import { fill, h } from './dom.ts';
-import { LiveSocket } from './liveSocket.ts';
+import { liveSocket } from './liveSocket.ts';
 
 /**
  * One conversation: the chat live over the WebSocket protocol, the controls,
@@ -34,7 +34,7 @@ export function openConversation(root: HTMLElement, id: string): void {
     placeholder: 'A message (start with ! to run a command)',
   });
 
-  const socket = new LiveSocket(id, {
+  const socket = liveSocket(id, {
     event: (logged) => arrived(logged),
     status: (message) => chat.append(h('div', { class: 'line status' }, message)),
     error: (code, message) => showError(`${code}: ${message}`),

@@ -152,7 +152,8 @@ describe('auth', () => {
       ALICE,
     );
     expect(events.body.items.map((i) => JSON.stringify(i.event)).filter((e) => e.includes('"hi"'))).toEqual([]);
-    // The handshake of another site's page: refused before it is upgraded.
+    // The handshake of another site's page: refused before it is upgraded. A raw `ws` socket, not the protocol
+    // client: only it can set the Origin header and see the HTTP status of a refused handshake.
     const handshake = await new Promise<number>((resolve) => {
       const socket = new WebSocket(`${wsUrlFor(server.wsUrl, id)}&token=${ALICE}`, { origin: 'https://evil.example' });
       socket.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));

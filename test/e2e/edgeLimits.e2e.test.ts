@@ -53,6 +53,7 @@ describe('connection limits', () => {
 
   it('drops a peer that stops answering pings within two intervals, and keeps one that answers', async () => {
     const id = await createConversation(server.baseUrl);
+    // A raw `ws` socket, not the protocol client: a peer that does not answer pings needs ws's autoPong off.
     const silent = new WebSocket(wsUrlFor(server.wsUrl, id), { autoPong: false });
     const closed = new Promise<number>((resolve) => silent.on('close', () => resolve(Date.now())));
     await new Promise((resolve) => silent.once('open', resolve));

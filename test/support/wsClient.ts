@@ -1,5 +1,6 @@
 import WebSocket from 'ws';
 import { ServerFrame } from '../../protocol/index.ts';
+import { protocolClient, type InvalidFrame, type ProtocolClient } from '../../src/client/index.ts';
 
 export type Frame = ServerFrame;
 export type EventFrame = Extract<Frame, { type: 'event' }>;
@@ -17,25 +18,37 @@ export interface WsClientOptions {
   keepRaw?: boolean;
 }
 
+/** `ws`'s WebSocket as the tests open it: without permessage-deflate (the server refuses it anyway). */
+class TestSocket extends WebSocket {
+  constructor(url: string) {
+    super(url, { perMessageDeflate: false });
+  }
+}
+
 /**
- * A recording WebSocket client for end-to-end tests. Every server frame is
- * parsed, checked against the protocol's ServerFrame schema and kept in
- * arrival order; frames that fail the schema are kept in `invalid` too, so a
- * test can assert there were none.
+ * A recording WebSocket client for end-to-end tests, on the protocol client
+ * (src/client/) with the strict check: every server frame is parsed,
+ * checked against the protocol's ServerFrame schema and kept in arrival
+ * order; frames that fail the schema or break the order (an event at or
+ * before the cursor, before `sync`) are kept in `invalid` too, so a test can
+ * assert there were none. One socket: it does not reconnect (tests open the
+ * next one themselves, with their cursor).
  */
 export class WsClient {
   readonly url: string;
+  /** The `ws` socket itself: for tests that pause reading or send bytes the protocol client would not. */
   readonly socket: WebSocket;
   /** Every frame, in arrival order (schema-valid or not, as parsed JSON). */
   readonly frames: Frame[] = [];
   /** Every frame's text as received, when the client was opened with `keepRaw` (else empty). */
   readonly raw: string[] = [];
-  /** Frames that were not JSON or did not match ServerFrame, with the reason. */
+  /** Frames that were not JSON, did not match ServerFrame or broke the order, with the reason. */
   readonly invalid: Array<{ raw: string; problem: string }> = [];
   /** Resolves when the socket is closed, with the close code and reason. */
   readonly closed: Promise<CloseInfo>;
   /** Resolves on open; rejects if the socket closes or fails first. */
   readonly opened: Promise<void>;
+  readonly #client: ProtocolClient<WebSocket>;
   #closeInfo: CloseInfo | null = null;
   #cursor = 0;
   #waiters = new Set<() => void>();
@@ -45,23 +58,36 @@ export class WsClient {
   private constructor(url: string, options: WsClientOptions) {
     this.url = url;
     this.#keepRaw = options.keepRaw ?? false;
-    this.socket = new WebSocket(url, { perMessageDeflate: false });
-    this.opened = new Promise((resolve, reject) => {
-      this.socket.once('open', () => resolve());
-      this.socket.once('error', reject);
-      this.socket.once('close', (code) => reject(new Error(`closed before open (code ${code})`)));
-    });
+    let opened!: { resolve: () => void; reject: (err: Error) => void };
+    this.opened = new Promise((resolve, reject) => (opened = { resolve, reject }));
     this.opened.catch(() => undefined);
-    this.closed = new Promise((resolve) => {
-      this.socket.on('close', (code, reason) => {
-        this.#closeInfo = { code, reason: reason.toString('utf8') };
-        resolve(this.#closeInfo);
-        this.#wake();
-      });
+    let closed!: (info: CloseInfo) => void;
+    this.closed = new Promise((resolve) => (closed = resolve));
+    const record = (frame: Frame, raw: string) => this.#record(frame, raw);
+    this.#client = protocolClient({
+      WebSocket: TestSocket,
+      url,
+      reconnect: false,
+      check: (value) => ServerFrame.safeParse(value),
+      handlers: {
+        open: () => opened.resolve(),
+        // A refused connection or a reset reports an error before the close; the close is what tests look at.
+        socketError: (event) => opened.reject(socketError(event)),
+        sync: record,
+        event: record,
+        status: record,
+        error: record,
+        pong: record,
+        invalid: (frame) => this.#recordInvalid(frame),
+        close: ({ code, reason }) => {
+          opened.reject(new Error(`closed before open (code ${code})`));
+          this.#closeInfo = { code, reason };
+          closed(this.#closeInfo);
+          this.#wake();
+        },
+      },
     });
-    // A refused connection or a reset emits 'error' before 'close'; the close is what tests look at.
-    this.socket.on('error', () => undefined);
-    this.socket.on('message', (data, isBinary) => this.#record(data, isBinary));
+    this.socket = this.#client.socket!;
   }
 
   /** Opens a socket and waits until it is open. */
@@ -99,11 +125,14 @@ export class WsClient {
     return events.length > 0 ? events[events.length - 1]!.seq : fallback;
   }
 
-  /** Sends a JSON frame (objects are stringified; strings are sent as they are). */
+  /** Sends a JSON frame now (objects are stringified; strings are sent as they are, bad ones too). */
   send(frame: unknown): void {
-    this.socket.send(typeof frame === 'string' ? frame : JSON.stringify(frame));
+    const sent = this.#client.sendRaw(typeof frame === 'string' ? frame : JSON.stringify(frame));
+    // As ws's own send: an error before the socket opened, nothing once it closed.
+    if (!sent && this.socket.readyState === WebSocket.CONNECTING) throw new Error(`${this.url}: not open yet`);
   }
 
+  /** Sends bytes as a binary frame, on the `ws` socket itself: the protocol has none. */
   sendBinary(data: Buffer): void {
     this.socket.send(data, { binary: true });
   }
@@ -164,7 +193,7 @@ export class WsClient {
   /** Closes cleanly and waits for the close. */
   async close(code = 1000): Promise<CloseInfo> {
     if (this.socket.readyState === WebSocket.CONNECTING) this.socket.terminate();
-    else if (this.socket.readyState === WebSocket.OPEN) this.socket.close(code);
+    else if (this.socket.readyState === WebSocket.OPEN) this.#client.close(code);
     return this.closed;
   }
 
@@ -174,23 +203,16 @@ export class WsClient {
     return this.closed;
   }
 
-  #record(data: WebSocket.RawData, isBinary: boolean): void {
-    const raw = Buffer.isBuffer(data)
-      ? data.toString('utf8')
-      : Array.isArray(data)
-        ? Buffer.concat(data).toString('utf8')
-        : Buffer.from(data).toString('utf8');
+  #record(frame: Frame, raw: string): void {
     if (this.#keepRaw) this.raw.push(raw);
-    let value: unknown;
-    try {
-      value = JSON.parse(raw);
-    } catch {
-      this.invalid.push({ raw, problem: 'not JSON' });
-      return;
-    }
-    const parsed = ServerFrame.safeParse(value);
-    if (isBinary) this.invalid.push({ raw, problem: 'binary frame' });
-    if (!parsed.success) this.invalid.push({ raw, problem: parsed.error.message });
+    this.frames.push(frame);
+    this.#wake();
+  }
+
+  #recordInvalid({ raw, problem, value }: InvalidFrame): void {
+    if (this.#keepRaw) this.raw.push(raw);
+    this.invalid.push({ raw, problem });
+    if (value === undefined) return;
     this.frames.push(value as Frame);
     this.#wake();
   }
@@ -263,4 +285,12 @@ export async function connectSynced(
   opened.push(client);
   await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
   return client;
+}
+
+/** What a socket's error event says: `ws` gives the Error (a refused handshake's "Unexpected server response: 404"). */
+function socketError(event: unknown): Error {
+  const error = (event as { error?: unknown }).error;
+  if (error instanceof Error) return error;
+  const message = (event as { message?: unknown }).message;
+  return new Error(typeof message === 'string' ? message : 'socket error');
 }
