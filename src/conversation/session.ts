@@ -304,7 +304,7 @@ export class Session {
         to: agentStateOf(decision.snapshot),
         events: decision.events.map((e) => e.type),
       });
-    await this.#deps.index?.beforeAppend(before, decision.snapshot, decision.events);
+    await this.#deps.index?.beforeAppend(before, decision.events);
     let first: SubmitResult | undefined;
     for (const event of decision.events) {
       const result = await this.#log.append(event, first === undefined ? msgId : undefined);
@@ -317,7 +317,7 @@ export class Session {
     this.#snapshot = decision.snapshot;
     this.#afterDecision(before);
     if (this.#log.checkpointDue(decision.events[0]!.id, decision.events.at(-1)!.id)) this.#checkpointLater();
-    await this.#deps.index?.afterApply(decision.snapshot, decision.events);
+    await this.#deps.index?.afterApply(before, decision.events);
     return first!;
   }
 

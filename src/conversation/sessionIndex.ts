@@ -1,40 +1,44 @@
-import { agentStateOf, BUSY_AGENT_STATES, isBusy, type SessionSnapshot } from '../../machines/index.ts';
+import type { SessionSnapshot } from '../../machines/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { StoreUnavailableError, type ConversationEntry, type ConversationStore } from '../store/index.ts';
+import {
+  comesBack,
+  entryOfFold,
+  markerAfterApply,
+  markerBeforeAppend,
+  projectEntries,
+  type Marker,
+} from './conversationIndex.ts';
 
 /** What a session tells the projections about each decision; both calls are awaited inside its mailbox job. */
 export interface SessionIndexHook {
   /** Before the decision's events are appended. A rejection stores nothing. */
-  beforeAppend(
-    before: SessionSnapshot | undefined,
-    after: SessionSnapshot,
-    events: readonly StoredEvent[],
-  ): Promise<void>;
+  beforeAppend(before: SessionSnapshot | undefined, events: readonly StoredEvent[]): Promise<void>;
   /** After they were appended and applied, before the caller is answered. Rejects only when a new conversation's record was not written. */
-  afterApply(after: SessionSnapshot, events: readonly StoredEvent[]): Promise<void>;
+  afterApply(before: SessionSnapshot | undefined, events: readonly StoredEvent[]): Promise<void>;
 }
-
-type Marker = 'absent' | 'settled' | 'unsettled';
-const RANK: Record<Marker, number> = { absent: 0, settled: 1, unsettled: 2 };
 
 /**
  * Keeps one live conversation's index entry and work marker in step with its
- * log, writing only on the events that change them: an agent state change,
- * coming into memory (created, rehydrated: the entry is rewritten from the
- * loaded state, which repairs an entry that lagged) and leaving it.
+ * log: the entry is the projection of the decision's events (`projectEntry`)
+ * from the entry before it, and is written only when it changes or when the
+ * conversation comes into memory (created, rehydrated: then it starts from
+ * the state its log folds to, which repairs an entry that lagged).
  *
- * The crash rule: the marker is made unsettled before an append that may make
- * the conversation busy or change its agent state, and settled (or removed,
- * on passivation) only after the entry holds the new state. A process that
- * dies between the two leaves a marker that says too much, never too little;
- * recovery reads that one log and repairs it.
+ * The crash rule (`markerBeforeAppend`, `markerAfterApply`): the marker is
+ * made unsettled before an append that may make the conversation busy or
+ * change its agent state, and settled (or removed, on passivation) only after
+ * the entry holds the new state. A process that dies between the two leaves a
+ * marker that says too much, never too little; recovery reads that one log
+ * and repairs it.
  */
 export class SessionIndex implements SessionIndexHook {
   readonly #conversationId: string;
   readonly #store: ConversationStore;
   readonly #logger: Logger;
-  #createdAt: string | undefined;
+  /** The stored entry (or a fork's copied part) the first decision projects from. */
+  readonly #known: ConversationEntry | undefined;
   /** What this session last wrote (a fresh one knows nothing: its first decision writes). */
   #marker: Marker = 'absent';
   #entry: ConversationEntry | undefined;
@@ -43,58 +47,37 @@ export class SessionIndex implements SessionIndexHook {
     this.#conversationId = conversationId;
     this.#store = store;
     this.#logger = logger;
-    this.#createdAt = known?.created_at;
+    this.#known = known;
   }
 
-  async beforeAppend(
-    before: SessionSnapshot | undefined,
-    after: SessionSnapshot,
-    events: readonly StoredEvent[],
-  ): Promise<void> {
-    if (ends(events)) return;
-    const changes = before === undefined || agentStateOf(before) !== agentStateOf(after);
-    const needed: Marker = isBusy(after) || changes ? 'unsettled' : comesBack(events) ? 'settled' : 'absent';
-    if (RANK[needed] <= RANK[this.#marker]) return;
+  async beforeAppend(before: SessionSnapshot | undefined, events: readonly StoredEvent[]): Promise<void> {
+    const prior = this.#prior(before, events);
+    const after = projectEntries(prior, events);
+    const needed = markerBeforeAppend(this.#marker, prior, after, events);
+    if (after === undefined || needed === null) return;
     await this.#store.mark({
       conversation_id: this.#conversationId,
-      user: after.context.user,
+      user: after.user,
       unsettled: needed === 'unsettled',
     });
     this.#marker = needed;
   }
 
-  async afterApply(after: SessionSnapshot, events: readonly StoredEvent[]): Promise<void> {
+  async afterApply(before: SessionSnapshot | undefined, events: readonly StoredEvent[]): Promise<void> {
+    const entry = projectEntries(this.#prior(before, events), events);
     // A conversation that ended is being deleted: its entry and marker go with it.
-    if (ends(events)) return;
-    const created = events.find((e) => e.type === 'conversation_created');
-    if (created) this.#createdAt = created.ts;
-    const passivated = events.find((e) => e.type === 'session_passivated');
-    const user = after.context.user;
-    // Out of memory the machine is in `passivated`; the event names the agent state it comes back in.
-    const state = passivated ? passivated.data.state : agentStateOf(after);
+    if (entry === undefined) return;
     try {
-      if (this.#createdAt === undefined) throw new Error('the creation time of the conversation is not known');
-      const entry: ConversationEntry = {
-        conversation_id: this.#conversationId,
-        user,
-        created_at: this.#createdAt,
-        state,
-        in_memory: passivated === undefined,
-        ...(state === 'running' &&
-          after.context.runningSince !== null && { running_since: after.context.runningSince }),
-      };
       if (comesBack(events) || !sameEntry(entry, this.#entry)) {
         await this.#store.put(entry);
         this.#entry = entry;
       }
-      if (passivated) {
-        // Only a shutdown leaves busy work for recovery; any other passivation waits for an action.
-        if (!(passivated.data.reason === 'shutdown' && BUSY_AGENT_STATES.has(state))) {
-          await this.#store.unmark(this.#conversationId);
-          this.#marker = 'absent';
-        }
-      } else if (this.#marker === 'unsettled' && !isBusy(after)) {
-        await this.#store.mark({ conversation_id: this.#conversationId, user, unsettled: false });
+      const marker = markerAfterApply(this.#marker, entry, events);
+      if (marker === 'unmark') {
+        await this.#store.unmark(this.#conversationId);
+        this.#marker = 'absent';
+      } else if (marker === 'settle') {
+        await this.#store.mark({ conversation_id: this.#conversationId, user: entry.user, unsettled: false });
         this.#marker = 'settled';
       }
     } catch (err) {
@@ -111,18 +94,17 @@ export class SessionIndex implements SessionIndexHook {
       });
     }
   }
-}
 
-function ends(events: readonly StoredEvent[]): boolean {
-  return events.some((e) => e.type === 'session_closed');
+  /** The entry a decision's events project from; coming back into memory, the one its log folds to. */
+  #prior(before: SessionSnapshot | undefined, events: readonly StoredEvent[]): ConversationEntry | undefined {
+    const base = this.#entry ?? this.#known;
+    const rehydrated = events.some((e) => e.type === 'session_rehydrated');
+    return before && base && rehydrated ? entryOfFold(base, before) : base;
+  }
 }
 
 function isNew(events: readonly StoredEvent[]): boolean {
   return events.some((e) => e.type === 'conversation_created' || e.type === 'conversation_forked');
-}
-
-function comesBack(events: readonly StoredEvent[]): boolean {
-  return events.some((e) => e.type === 'conversation_created' || e.type === 'session_rehydrated');
 }
 
 function sameEntry(a: ConversationEntry, b: ConversationEntry | undefined): boolean {
@@ -131,6 +113,7 @@ function sameEntry(a: ConversationEntry, b: ConversationEntry | undefined): bool
     a.state === b.state &&
     a.in_memory === b.in_memory &&
     a.user === b.user &&
+    a.created_at === b.created_at &&
     a.running_since === b.running_since
   );
 }

@@ -1,10 +1,4 @@
-import {
-  BUSY_AGENT_STATES,
-  foldEvents,
-  sessionMachine,
-  SESSION_MACHINE_VERSION,
-  type SessionSnapshot,
-} from '../../machines/index.ts';
+import { foldEvents, sessionMachine, SESSION_MACHINE_VERSION, type SessionSnapshot } from '../../machines/index.ts';
 import type { AgentState, LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import type { EventLog, SnapshotRecord, SnapshotStore } from '../store/index.ts';
 import type { StoredState } from './session.ts';
@@ -87,18 +81,4 @@ export function lastRecordedState(items: readonly (LoggedEvent | StoredEvent)[])
     if (event.type === 'agent_state_changed') return event.data.state;
   }
   return undefined;
-}
-
-/**
- * Whether a conversation whose log ends with this event was in the middle of
- * something when its process died (or shut down), and must be brought back to
- * finish it by itself: its last agent state is one the machine tags `busy`.
- */
-export function wasMidTask(last: LoggedEvent | undefined): boolean {
-  if (!last) return false;
-  const event = last.event;
-  if (event.type === 'agent_state_changed') return BUSY_AGENT_STATES.has(event.data.state);
-  if (event.type === 'session_passivated')
-    return event.data.reason === 'shutdown' && BUSY_AGENT_STATES.has(event.data.state);
-  return event.type !== 'session_closed';
 }

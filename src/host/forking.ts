@@ -11,6 +11,7 @@ import type { RuntimeProvider } from '../runtime/index.ts';
 import type { CheckpointStore, ConversationEntry, ConversationStore, EventLog } from '../store/index.ts';
 import type { ConversationReads } from '../queries/conversationReads.ts';
 import { BadSeqError, IllegalTransitionError } from '../errors.ts';
+import { projectEntries } from '../conversation/conversationIndex.ts';
 import { lastRecordedState } from '../conversation/storedState.ts';
 import type { Ownership } from '../cluster/ownership.ts';
 import type { SecretKeeper } from './secretKeeper.ts';
@@ -32,7 +33,7 @@ export interface ForkDeps {
   newId: () => string;
   checkpointEvery: number;
   /** The deps of the new conversation's session; `known` is its index entry-to-be (its creation time). */
-  sessionDeps(conversationId: string, known: ConversationEntry): SessionDeps;
+  sessionDeps(conversationId: string, known?: ConversationEntry): SessionDeps;
   /** The fork's session is live here from now on. */
   adopt(session: Session): void;
   /** Everything of a conversation that never got its record (or lost it): events, checkpoints, secrets, marker. */
@@ -80,13 +81,8 @@ export class ConversationForks {
       await deps.secrets.keep(id, deps.secrets.of(parentId));
       await deps.runtimes.copyWorkspace?.(parentId, id);
       const lastSeq = await this.#copy(events, checkpoints);
-      const known: ConversationEntry = {
-        conversation_id: id,
-        user,
-        created_at: deps.clock().toISOString(),
-        state: 'loading',
-        in_memory: true,
-      };
+      // Its entry-to-be, projected from its copied events; its first decision projects `conversation_forked`.
+      const known = projectEntries(undefined, events);
       const session = await Session.fork(
         id,
         deps.sessionDeps(id, known),

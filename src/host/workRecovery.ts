@@ -1,8 +1,7 @@
 import pLimit from 'p-limit';
 import { errorFields, type Logger } from '../logger.ts';
-import type { AgentState, LoggedEvent } from '../../protocol/index.ts';
 import type { ConversationEntry, ConversationStore, EventLog, WorkMarker } from '../store/index.ts';
-import { wasMidTask } from '../conversation/storedState.ts';
+import { settledAfterCrash, wasMidTask } from '../conversation/conversationIndex.ts';
 import type { Ownership } from '../cluster/ownership.ts';
 
 export interface RecoveryHost {
@@ -132,20 +131,11 @@ export async function recoverMarker(
     await purge(id, marker.user, (await log.lastSeq(id)) > 0);
     return undefined;
   }
-  let state = entry.state;
-  if (marker.unsettled) {
-    const last = await log.last(id);
-    if (wasMidTask(last)) return entry;
-    state = stateNamedBy(last) ?? state;
-  }
-  if (entry.in_memory || entry.state !== state) await conversations.put({ ...entry, state, in_memory: false });
+  // Not mid-task: the entry is what its last event (unsettled) or the entry itself (settled) says, out of memory.
+  const last = marker.unsettled ? await log.last(id) : undefined;
+  if (marker.unsettled && wasMidTask(last)) return entry;
+  const settled = settledAfterCrash(entry, last);
+  if (settled.in_memory !== entry.in_memory || settled.state !== entry.state) await conversations.put(settled);
   await conversations.unmark(id);
-  return undefined;
-}
-
-/** The agent state a log that is not mid-task ends in, when its last event names it. */
-function stateNamedBy(last: LoggedEvent | undefined): AgentState | undefined {
-  const event = last?.event;
-  if (event?.type === 'agent_state_changed' || event?.type === 'session_passivated') return event.data.state;
   return undefined;
 }
