@@ -140,8 +140,8 @@ export async function managerColdStart(fx: ColdStartFixture): Promise<ColdStart>
     if (created.conversation_id !== id) throw new Error(`created ${created.conversation_id}, expected ${id}`);
     await within(fx.timeoutMs, 'a cold start', idle);
     const session = await fx.manager.session(id, USER);
-    if (session.state !== 'awaiting_user_input' || session.runtimeStatus !== 'connected') {
-      throw new Error(`cold start of ${id} ended ${session.state} with the runtime ${session.runtimeStatus}`);
+    if (session.state !== 'awaiting_user_input' || session.snapshot?.context.runtime !== 'connected') {
+      throw new Error(`cold start of ${id} ended ${session.state} with the runtime ${session.snapshot?.context.runtime}`);
     }
     return { conversationId: id, ms: Math.max(idleAt, createdMs), marks, createdMs };
   } finally {

@@ -2,7 +2,6 @@ import {
   agentStateOf,
   decide,
   isBusy,
-  sessionMachine,
   type Deadline,
   type DecisionInput,
   type SessionSnapshot,
@@ -75,8 +74,6 @@ export class Session {
   #mailbox: Promise<unknown> = Promise.resolve();
   /** Why the session was released (it writes nothing more), or null while it runs. */
   #released: string | null = null;
-  /** Snapshot and checkpoint writes under way: closing waits for them, so a purge after it finds them all. */
-  readonly #writes = new Set<Promise<void>>();
 
   private constructor(conversationId: string, deps: SessionDeps, stored?: StoredState) {
     this.conversationId = conversationId;
@@ -97,51 +94,30 @@ export class Session {
     this.#snapshot = stored?.snapshot;
   }
 
-  /** A new conversation: stores its creation record, then starts what its first state asks for. */
-  static async create(conversationId: string, deps: SessionDeps, data: CreatedData): Promise<Session> {
-    const session = new Session(conversationId, deps);
-    await session.#first({ type: 'create', conversationId, data });
-    return session;
-  }
-
   /**
-   * A conversation brought back into memory: stores `session_rehydrated` (and
-   * a state fact a crash cut off, and `machine_upgraded` for an older log),
-   * then runs what the state asks for, as a live session would: a pending
-   * agent step is asked again, a command that was out is reported interrupted.
+   * A session in memory, from its first decision, which it stores before it
+   * runs what the state asks for: `create` (a new conversation: its creation
+   * record), `rehydrate` (back into memory: `session_rehydrated`, with a
+   * state fact a crash cut off and `machine_upgraded` for an older log) or
+   * `fork` (on its copied events: `conversation_forked`, then what coming back
+   * after a crash stores). As a live session would, it then asks a pending
+   * agent step again, reports a command that was out as interrupted (never
+   * run again) and fires a deadline already past. When the first decision
+   * fails (a new conversation's record not written), the session is released.
    */
-  static async rehydrate(
+  static async open(
     conversationId: string,
     deps: SessionDeps,
-    state: StoredState,
-    from: 'snapshot' | 'log',
-    folded: number,
+    stored: StoredState | undefined,
+    first: Extract<DecisionInput, { type: 'create' | 'rehydrate' | 'fork' }>,
   ): Promise<Session> {
-    const session = new Session(conversationId, deps, state);
-    await session.decide({ type: 'rehydrate', from, folded, recordedState: state.recordedState });
-    return session;
-  }
-
-  /**
-   * A fork, on its copied events (`state`): stores `conversation_forked`, then
-   * what coming back after a crash stores, and runs what the state asks for:
-   * a pending agent step is asked again, a command that was out is reported
-   * interrupted (never run again), a deadline already past fires at once.
-   */
-  static async fork(
-    conversationId: string,
-    deps: SessionDeps,
-    state: StoredState,
-    parent: { conversationId: string; seq: number },
-  ): Promise<Session> {
-    const session = new Session(conversationId, deps, state);
-    await session.#first({
-      type: 'fork',
-      parent: parent.conversationId,
-      seq: parent.seq,
-      folded: state.nextEventId,
-      ...(state.recordedState !== undefined && { recordedState: state.recordedState }),
-    });
+    const session = new Session(conversationId, deps, stored);
+    try {
+      await session.decide(first);
+    } catch (err) {
+      await session.release('its first decision failed');
+      throw err;
+    }
     return session;
   }
 
@@ -169,20 +145,9 @@ export class Session {
   get lastSeq(): number {
     return this.#log.lastSeq;
   }
-  /** The id of the last stored event (-1: none). */
-  get lastEventId(): number {
-    return this.#log.nextEventId - 1;
-  }
   /** Epoch ms of the last stored event (its `ts`): when the session last did anything. */
   get lastActivity(): number {
     return this.#log.lastActivity;
-  }
-  get runtimeStatus(): RuntimeStatus {
-    return this.snapshot?.context.runtime ?? 'stopped';
-  }
-  /** The runtime died and no reconnect replaced it (from the log: it survives restarts). */
-  get runtimeLost(): boolean {
-    return (this.snapshot?.context.runtimeLost ?? null) !== null;
   }
   /** Epoch ms since which the agent is running (a stored event's time), or null. */
   get runningSince(): number | null {
@@ -230,7 +195,7 @@ export class Session {
       // Released in this same job: an action queued behind it is refused as
       // unavailable and goes to the session that comes back, never to this one.
       this.#markReleased(`passivated (${reason})`);
-      await this.#writeSnapshot();
+      if (this.#snapshot) await this.#log.writeSnapshot(this.#snapshot);
     });
     await this.release(`passivated (${reason})`);
   }
@@ -252,7 +217,7 @@ export class Session {
     this.#markReleased(reason);
     await this.#mailbox;
     await this.#effects.stop(reason);
-    await Promise.allSettled(this.#writes);
+    await this.#log.writesDone();
   }
 
   async #end(reason: string): Promise<void> {
@@ -260,16 +225,6 @@ export class Session {
       await this.decide({ type: 'close', reason });
     } finally {
       await this.release(reason);
-    }
-  }
-
-  /** A new conversation's first decision; when it fails (its record not written) the session is released. */
-  async #first(input: DecisionInput): Promise<void> {
-    try {
-      await this.decide(input);
-    } catch (err) {
-      await this.release('its first decision failed');
-      throw err;
     }
   }
 
@@ -286,13 +241,7 @@ export class Session {
     if (!decision.ok) {
       const duplicate = msgId === undefined ? null : await this.#log.probeDuplicate(msgId);
       if (duplicate) return duplicate;
-      if (this.#log.isDebug)
-        this.#log.debug('refused', {
-          input: inputName(input),
-          code: decision.code,
-          state: decision.state,
-          reason: decision.reason,
-        });
+      if (this.#log.isDebug) this.#log.debug('refused', { input: inputName(input), ...decision });
       // Ended for good: it is being deleted.
       if (decision.code === 'ENDED') throw new ConversationNotFoundError(this.conversationId);
       throw new IllegalTransitionError(decision.reason, decision.state);
@@ -316,7 +265,8 @@ export class Session {
     // acknowledged. (An append that fails releases the session: it is rehydrated from the log.)
     this.#snapshot = decision.snapshot;
     this.#afterDecision(before);
-    if (this.#log.checkpointDue(decision.events[0]!.id, decision.events.at(-1)!.id)) this.#checkpointLater();
+    if (this.#log.checkpointDue(decision.events[0]!.id, decision.events.at(-1)!.id))
+      this.#log.checkpointLater(decision.snapshot);
     await this.#deps.index?.afterApply(before, decision.events);
     return first!;
   }
@@ -327,7 +277,7 @@ export class Session {
     this.#deps.onApplied?.(this, before);
     // What the new state asks for, run the same way as after a fold.
     if (this.#released === null) this.#effects.follow(snapshot);
-    if (this.#log.snapshotDue && snapshot.status === 'active') this.#snapshotLater();
+    if (this.#log.snapshotDue) this.#log.snapshotLater(snapshot);
   }
 
   async #deadlinePassed(deadline: Deadline): Promise<void> {
@@ -338,32 +288,6 @@ export class Session {
       if (err instanceof IllegalTransitionError || err instanceof SessionUnavailableError) return;
       this.#log.warn('deadline not stored', err);
     }
-  }
-
-  /** Writes a periodic snapshot; an ended conversation (about to be purged) gets none. */
-  #snapshotLater(): void {
-    this.#track(this.#writeSnapshot().catch((err) => this.#log.warn('snapshot failed', err)));
-  }
-
-  /** Writes a checkpoint of the state just applied; an ended conversation (about to be purged) gets none. */
-  #checkpointLater(): void {
-    const snapshot = this.#snapshot;
-    if (snapshot?.status !== 'active') return;
-    this.#track(
-      this.#log
-        .writeCheckpoint(sessionMachine.getPersistedSnapshot(snapshot))
-        .catch((err) => this.#log.warn('checkpoint failed', err)),
-    );
-  }
-
-  #track(write: Promise<void>): void {
-    this.#writes.add(write);
-    void write.finally(() => this.#writes.delete(write));
-  }
-
-  async #writeSnapshot(): Promise<void> {
-    const snapshot = this.#snapshot;
-    if (snapshot) await this.#log.writeSnapshot(sessionMachine.getPersistedSnapshot(snapshot));
   }
 
   async #waitForStart(): Promise<void> {

@@ -1,4 +1,4 @@
-import { SESSION_MACHINE_VERSION } from '../../machines/index.ts';
+import { sessionMachine, SESSION_MACHINE_VERSION, type SessionSnapshot } from '../../machines/index.ts';
 import type { Agent, AgentContext } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
@@ -56,6 +56,8 @@ export class SessionLog {
   #lastSeq: number;
   #nextEventId: number;
   #lastActivity: number;
+  /** Snapshot and checkpoint writes under way. */
+  readonly #writes = new Set<Promise<void>>();
   /** This conversation's events since the last snapshot (stream sequences are shared by all conversations). */
   #sinceSnapshot = 0;
 
@@ -171,11 +173,34 @@ export class SessionLog {
     }
   }
 
-  /** Writes the snapshot of the state the log holds up to `lastSeq`. */
-  async writeSnapshot(persisted: unknown): Promise<void> {
+  /** Writes the snapshot of `snapshot`, the state the log holds up to `lastSeq`. */
+  async writeSnapshot(snapshot: SessionSnapshot): Promise<void> {
     if (this.#lastSeq === 0) return;
     this.#sinceSnapshot = 0;
-    await this.#deps.snapshots.put(this.#record(persisted));
+    await this.#deps.snapshots.put(this.#record(snapshot));
+  }
+
+  /** Writes a snapshot in the background (a failure is logged); an ended conversation (about to be purged) gets none. */
+  snapshotLater(snapshot: SessionSnapshot): void {
+    if (snapshot.status !== 'active') return;
+    this.#track(this.writeSnapshot(snapshot).catch((err) => this.warn('snapshot failed', err)));
+  }
+
+  /** Writes a checkpoint of the state just applied in the background; an ended conversation gets none. */
+  checkpointLater(snapshot: SessionSnapshot): void {
+    if (snapshot.status !== 'active' || this.#lastSeq === 0) return;
+    const write = this.#deps.checkpoints.put(this.#record(snapshot));
+    this.#track(write.catch((err) => this.warn('checkpoint failed', err)));
+  }
+
+  /** Resolves once every snapshot and checkpoint write under way is done: a purge after it finds them all. */
+  async writesDone(): Promise<void> {
+    await Promise.allSettled(this.#writes);
+  }
+
+  #track(write: Promise<void>): void {
+    this.#writes.add(write);
+    void write.finally(() => this.#writes.delete(write));
   }
 
   /**
@@ -189,19 +214,13 @@ export class SessionLog {
     return Math.floor((lastId + 1) / every) > Math.floor(firstId / every);
   }
 
-  /** Writes a checkpoint of the state the log holds up to `lastSeq`. */
-  async writeCheckpoint(persisted: unknown): Promise<void> {
-    if (this.#lastSeq === 0) return;
-    await this.#deps.checkpoints.put(this.#record(persisted));
-  }
-
-  #record(persisted: unknown): SnapshotRecord {
+  #record(snapshot: SessionSnapshot): SnapshotRecord {
     return {
       conversation_id: this.#conversationId,
       machine_version: SESSION_MACHINE_VERSION,
       seq: this.#lastSeq,
       next_event_id: this.#nextEventId,
-      snapshot: persisted,
+      snapshot: sessionMachine.getPersistedSnapshot(snapshot),
     };
   }
 

@@ -81,7 +81,7 @@ export class HostCommands implements ConversationCommands {
     this.#creating.add(conversationId);
     // A creation that fails (its record not written, the log down) was never answered: the next
     // recovery purges what it may have stored (a marker without a record).
-    const session = await Session.create(conversationId, factory.depsFor(conversationId), {
+    const created = {
       user,
       ...(body.initial_message !== undefined && { initial_message: body.initial_message }),
       confirmation_mode: body.confirmation_mode,
@@ -92,7 +92,11 @@ export class HostCommands implements ConversationCommands {
       replay: body.replay !== undefined,
       ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
       start_timeout_ms: limits.startTimeoutMs,
-    }).finally(() => this.#creating.delete(conversationId));
+    };
+    const first = { type: 'create' as const, conversationId, data: created };
+    const session = await Session.open(conversationId, factory.depsFor(conversationId), undefined, first).finally(() =>
+      this.#creating.delete(conversationId),
+    );
     live.adopt(session);
     if (body.initial_message !== undefined) await session.act({ type: 'message', content: body.initial_message });
     return { conversation_id: conversationId };

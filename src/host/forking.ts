@@ -83,18 +83,17 @@ export class ConversationForks {
       const lastSeq = await this.#copy(events, checkpoints);
       // Its entry-to-be, projected from its copied events; its first decision projects `conversation_forked`.
       const known = projectEntries(undefined, events);
-      const session = await Session.fork(
-        id,
-        deps.sessionDeps(id, known),
-        {
-          snapshot,
-          lastSeq,
-          nextEventId: events.at(-1)!.id + 1,
-          history: events,
-          recordedState: lastRecordedState(events),
-        },
-        { conversationId: parentId, seq: atSeq },
-      );
+      const nextEventId = events.at(-1)!.id + 1;
+      const recordedState = lastRecordedState(events);
+      const stored = { snapshot, lastSeq, nextEventId, history: events, recordedState };
+      const first = {
+        type: 'fork' as const,
+        parent: parentId,
+        seq: atSeq,
+        folded: nextEventId,
+        ...(recordedState !== undefined && { recordedState }),
+      };
+      const session = await Session.open(id, deps.sessionDeps(id, known), stored, first);
       deps.adopt(session);
       return { conversation_id: id };
     } catch (err) {

@@ -176,7 +176,9 @@ export class LiveSessions {
     if (!stored || stored.state.snapshot.status !== 'active') throw new ConversationNotFoundError(id);
     await secrets.load(id);
     const deps = this.#deps.sessionDeps(id, entry);
-    const session = await Session.rehydrate(id, deps, stored.state, stored.from, stored.folded);
+    const { from, folded, state } = stored;
+    const first = { type: 'rehydrate' as const, from, folded, recordedState: state.recordedState };
+    const session = await Session.open(id, deps, state, first);
     this.#live.set(id, session);
     logger.info('session rehydrated', {
       conversation_id: id,

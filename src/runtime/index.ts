@@ -1,8 +1,4 @@
 export type { Runtime, RuntimeProvider, RuntimeOptions, RunOptions, RuntimeExit, CommandResult } from './runtime.ts';
 export { RuntimeDeadError } from './errors.ts';
-export {
-  LocalRuntime,
-  localRuntimeProvider,
-  type LocalRuntimeConfig,
-  type LocalRuntimeProviderOptions,
-} from './localRuntime.ts';
+export { LocalRuntime, type LocalRuntimeConfig } from './localRuntime.ts';
+export { localRuntimeProvider, type LocalRuntimeProviderOptions } from './localRuntimeProvider.ts';

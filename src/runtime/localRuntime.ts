@@ -1,36 +1,11 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { cp, mkdir, rm } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import type { Socket } from 'node:net';
-import { join } from 'node:path';
-import { ConversationId } from '../../protocol/index.ts';
 import { RuntimeDeadError } from './errors.ts';
 import { heartbeat, lifeline } from './lifeline.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
-import type { CommandResult, RunOptions, Runtime, RuntimeExit, RuntimeOptions, RuntimeProvider } from './runtime.ts';
-
-export interface LocalRuntimeProviderOptions {
-  /** Each conversation works in `<workspaceRoot>/<conversationId>`, created if missing. */
-  workspaceRoot: string;
-  commandTimeoutMs?: number;
-  /** Output kept per command; the head is kept and the rest dropped as it arrives. */
-  outputCapBytes?: number;
-  /** A bash-compatible shell: commands are passed as `$'...'` strings to `eval`. */
-  shell?: string;
-  /** How long an interrupted command gets to stop before its shell is replaced. */
-  interruptGraceMs?: number;
-  /** Environment the shells inherit, minus `TETHER_*` and `NATS_*`. Defaults to process.env. */
-  baseEnv?: NodeJS.ProcessEnv;
-  /**
-   * When set, a shell that got no heartbeat from this process for this long kills
-   * itself and everything it runs, as it does when this process dies. Heartbeats go
-   * out every quarter of it. Why: in a cluster, a frozen node (SIGSTOP, a paused VM)
-   * keeps its pipes open, and its command must not outlive the node's lease while
-   * another node takes the conversation over; the server will set half the node
-   * lease. Unset, only this process's death ends the shell. At least 1.
-   */
-  heartbeatTimeoutMs?: number;
-}
+import type { CommandResult, RunOptions, Runtime, RuntimeExit } from './runtime.ts';
+import { exitOf, notRun, processState, signalGroup } from './shellProcess.ts';
 
 export interface LocalRuntimeConfig {
   workspace: string;
@@ -39,23 +14,12 @@ export interface LocalRuntimeConfig {
   commandTimeoutMs: number;
   outputCapBytes: number;
   interruptGraceMs: number;
-  /** See {@link LocalRuntimeProviderOptions.heartbeatTimeoutMs}. */
+  /** See `LocalRuntimeProviderOptions.heartbeatTimeoutMs`. */
   heartbeatTimeoutMs?: number;
 }
 
 const START_TIMEOUT_MS = 10_000;
 const LIVENESS_MS = 250;
-
-/** The one-letter state of a process from /proc (R, S, D, T, Z, ...), or undefined when it is gone or unknown. */
-function processState(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // The command name is in parentheses and may contain spaces: the state follows the last ')'.
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-  } catch {
-    return undefined;
-  }
-}
 
 const MAX_TIMER_MS = 2 ** 31 - 1; // setTimeout fires at once beyond this
 const RESTART_NOTE =
@@ -326,68 +290,4 @@ export class LocalRuntime implements Runtime {
       job.reject(error);
     }
   }
-}
-
-function notRun(): CommandResult {
-  return { exit_code: null, output: '', timed_out: false, truncated: false };
-}
-
-function signalGroup(child: ChildProcessWithoutNullStreams | undefined, signal: NodeJS.Signals): void {
-  if (child?.pid === undefined) return;
-  try {
-    process.kill(-child.pid, signal);
-  } catch {
-    // ESRCH: the group is already gone.
-  }
-}
-
-function exitOf(child: ChildProcessWithoutNullStreams): Promise<void> {
-  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
-function runtimeEnv(base: NodeJS.ProcessEnv, extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [name, value] of Object.entries(base)) {
-    if (value !== undefined && !name.startsWith('TETHER_') && !name.startsWith('NATS_')) env[name] = value;
-  }
-  return { ...env, ...extra };
-}
-
-/** Runs each conversation's commands in a local bash under `workspaceRoot`. */
-export function localRuntimeProvider(options: LocalRuntimeProviderOptions): RuntimeProvider {
-  const { workspaceRoot, commandTimeoutMs = 30_000, outputCapBytes = 64 * 1024 } = options;
-  const { shell = 'bash', interruptGraceMs = 1_000, baseEnv = process.env, heartbeatTimeoutMs } = options;
-  if (heartbeatTimeoutMs !== undefined && !(Number.isFinite(heartbeatTimeoutMs) && heartbeatTimeoutMs >= 1)) {
-    throw new RangeError(`heartbeatTimeoutMs must be a finite number of at least 1, not ${heartbeatTimeoutMs}`);
-  }
-  // An id becomes a directory name: refuse anything that could leave the root.
-  const workspaceOf = (conversationId: string) => {
-    if (!ConversationId.safeParse(conversationId).success) {
-      throw new TypeError(`not a conversation id: ${JSON.stringify(conversationId)}`);
-    }
-    return join(workspaceRoot, conversationId);
-  };
-  return {
-    async copyWorkspace(from: string, to: string): Promise<void> {
-      const [source, target] = [workspaceOf(from), workspaceOf(to)];
-      // A parent that never started a runtime has no workspace yet: nor has the fork.
-      if (!existsSync(source)) return;
-      await cp(source, target, { recursive: true, errorOnExist: true, force: false, verbatimSymlinks: true });
-    },
-    async removeWorkspace(conversationId: string): Promise<void> {
-      await rm(workspaceOf(conversationId), { recursive: true, force: true });
-    },
-    create(conversationId: string, runtimeOptions: RuntimeOptions = {}): LocalRuntime {
-      return new LocalRuntime(conversationId, {
-        workspace: workspaceOf(conversationId),
-        env: runtimeEnv(baseEnv, runtimeOptions.env),
-        shell,
-        commandTimeoutMs,
-        outputCapBytes,
-        interruptGraceMs,
-        heartbeatTimeoutMs,
-      });
-    },
-  };
 }
