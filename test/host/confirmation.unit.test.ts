@@ -2,21 +2,14 @@ import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { NodeHost } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
-
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  const end = Date.now() + 5_000;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
+import { until } from '../support/until.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 async function setup(confirmationMode: boolean) {
   const log = memoryEventLog();
   const ran: string[] = [];
-  const m = new NodeHost({
+  const m = memoryHost({
     log,
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),

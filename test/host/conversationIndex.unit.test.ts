@@ -1,31 +1,24 @@
 import { describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
-import { NodeHost } from '../../src/host/index.ts';
 import { memoryStores, type EventLog, type Stores } from '../../src/store/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { wrapLog } from '../support/wrapLog.ts';
 import { CountingLog } from '../support/countingLog.ts';
+import { until } from '../support/until.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
 
 function manager(stores: Stores, agent: () => Agent = () => scriptedAgent(), log: EventLog = stores.log) {
   let n = 0;
-  return new NodeHost({
+  return memoryHost({
     ...stores,
     log,
     runtimes: memoryRuntimeProvider(),
     agentFor: agent,
     clock: () => new Date(Date.UTC(2026, 0, 1, 0, 0, n++)),
   });
-}
-
-async function until(check: () => boolean | Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 500; i++) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 2));
-  }
-  throw new Error('never happened');
 }
 
 /** An agent whose steps wait until released. */

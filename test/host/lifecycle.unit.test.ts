@@ -2,13 +2,15 @@ import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { NodeHost, type SessionLimits } from '../../src/host/index.ts';
+import type { SessionLimits } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore, type EventLog } from '../../src/store/index.ts';
+import { until } from '../support/until.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
 
 function manager(log: EventLog, startDelayMs: number, limits: Partial<SessionLimits>) {
-  return new NodeHost({
+  return memoryHost({
     log,
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),
@@ -16,14 +18,6 @@ function manager(log: EventLog, startDelayMs: number, limits: Partial<SessionLim
     agentFor: () => scriptedAgent(),
     limits,
   });
-}
-
-async function until(check: () => Promise<boolean> | boolean, what: string, timeoutMs = 5_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
 }
 
 const events = async (log: EventLog, id: string): Promise<StoredEvent[]> =>
@@ -84,7 +78,7 @@ describe('rehydration', () => {
     const conversations = memoryConversationStore();
     const snapshots = memorySnapshotStore();
     const make = () =>
-      new NodeHost({
+      memoryHost({
         log,
         conversations,
         snapshots,

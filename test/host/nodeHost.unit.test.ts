@@ -3,7 +3,7 @@ import { scriptedAgent } from '../../src/agent/index.ts';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { ConversationNotFoundError, IllegalTransitionError, SessionUnavailableError } from '../../src/errors.ts';
-import { NodeHost } from '../../src/host/index.ts';
+import type { NodeHost } from '../../src/host/index.ts';
 import {
   memoryConversationStore,
   memoryEventLog,
@@ -12,6 +12,7 @@ import {
   type EventLog,
   type SnapshotStore,
 } from '../../src/store/index.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 function manager(
   log: EventLog = memoryEventLog(),
@@ -19,7 +20,7 @@ function manager(
   snapshots: SnapshotStore = memorySnapshotStore(),
 ) {
   let n = 0;
-  return new NodeHost({
+  return memoryHost({
     log,
     conversations,
     snapshots,
@@ -84,7 +85,7 @@ describe('session manager', () => {
 
   it('answers every message sent back to back while the agent thinks, each exactly once and in order', async () => {
     const log = memoryEventLog();
-    const m = new NodeHost({
+    const m = memoryHost({
       log,
       conversations: memoryConversationStore(),
       snapshots: memorySnapshotStore(),
@@ -210,7 +211,7 @@ describe('session manager', () => {
     const log = memoryEventLog();
     const conversations = memoryConversationStore();
     let runs = 0;
-    const hanging = new NodeHost({
+    const hanging = memoryHost({
       log,
       conversations,
       snapshots: memorySnapshotStore(),
@@ -264,7 +265,7 @@ describe('session manager snapshots', () => {
       get: (id) => store.get(id),
       delete: (id) => store.delete(id),
     };
-    const m = new NodeHost({
+    const m = memoryHost({
       log,
       conversations: memoryConversationStore(),
       snapshots: counting,

@@ -6,10 +6,12 @@ import pLimit from 'p-limit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import { memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { NodeHost } from '../../src/host/index.ts';
+import type { NodeHost } from '../../src/host/index.ts';
 import { jetStreamStores, type NatsConnection, type Stores } from '../../src/store/index.ts';
 import { CountingLog } from '../support/countingLog.ts';
 import { connectTestNats, uniqueBucketName, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+import { until } from '../support/until.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 const IDLE = 1000;
 const defaults = { confirmation_mode: false, max_iterations: 10, secrets: {} };
@@ -38,21 +40,13 @@ afterAll(async () => {
 const hanging: Agent = { context: () => ({ observe: () => {}, step: () => new Promise(() => {}) }) };
 
 function manager(log: Stores['log'], agentFor: (id: string) => Agent, newId?: () => string): NodeHost {
-  return new NodeHost({
+  return memoryHost({
     ...stores,
     log,
     runtimes: memoryRuntimeProvider(),
     agentFor,
     ...(newId && { newId }),
   });
-}
-
-async function until(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  const end = Date.now() + 60_000;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe('recovery after a restart', () => {
@@ -81,9 +75,13 @@ describe('recovery after a restart', () => {
     });
     expect(busy).toBe('busy');
     const sessions = await Promise.all(idle.map((id, i) => first.session(id, `user${i % 7}`)));
-    await until(() => sessions.every((s) => s.state === 'awaiting_user_input'), 'every idle conversation settled');
+    await until(
+      () => sessions.every((s) => s.state === 'awaiting_user_input'),
+      'every idle conversation settled',
+      60_000,
+    );
     const busySession = await first.session(busy, 'user0');
-    await until(() => busySession.state === 'running', 'the busy conversation running');
+    await until(() => busySession.state === 'running', 'the busy conversation running', 60_000);
     // The index is written before each caller is answered, but the last steps here were the runtime's own: wait for them.
     await until(async () => {
       const markers = await stores.conversations.markers();
@@ -98,7 +96,7 @@ describe('recovery after a restart', () => {
     expect(afterCrash.callsFor(busy)).toContain('last');
     expect(second.isLive(busy)).toBe(true);
     const back = await second.session(busy, 'user0');
-    await until(() => back.state === 'awaiting_user_input', 'the busy conversation finishing its step');
+    await until(() => back.state === 'awaiting_user_input', 'the busy conversation finishing its step', 60_000);
     // The index no longer says the idle ones are in memory (the process that held them is gone).
     const page = await second.queries.list('user3', { limit: 1000 });
     expect(page.items.length).toBeGreaterThan(100);

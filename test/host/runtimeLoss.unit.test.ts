@@ -2,18 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { StatusFrame, StoredEvent } from '../../protocol/index.ts';
 import { echoHandler, memoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
-import { NodeHost } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
+import { until } from '../support/until.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 const defaults = { confirmation_mode: false, max_iterations: 100, secrets: {} };
-
-async function until(check: () => Promise<boolean> | boolean, what: string): Promise<void> {
-  const end = Date.now() + 5_000;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
 
 /** A conversation whose runtime holds `sleep` commands until the test kills it. */
 async function setup() {
@@ -21,7 +14,7 @@ async function setup() {
   const runtimes = memoryRuntimeProvider((command, env) =>
     command.startsWith('sleep') ? new Promise(() => {}) : echoHandler(command, env),
   );
-  const m = new NodeHost({
+  const m = memoryHost({
     log,
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),

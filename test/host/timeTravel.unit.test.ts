@@ -4,7 +4,7 @@ import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../../src/runtime/memoryRuntime.ts';
 import { BadSeqError, ConversationNotFoundError, IllegalTransitionError } from '../../src/errors.ts';
-import { NodeHost } from '../../src/host/index.ts';
+import type { NodeHost } from '../../src/host/index.ts';
 import {
   memoryStores,
   StoreUnavailableError,
@@ -16,6 +16,7 @@ import {
 import { CountingLog } from '../support/countingLog.ts';
 import { wrapLog } from '../support/wrapLog.ts';
 import { until } from '../support/until.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 const EVERY = 5;
 const body = { confirmation_mode: false, max_iterations: 50, secrets: {} };
@@ -37,7 +38,7 @@ function setup(
   const log = options.log ? options.log(stores.log) : stores.log;
   const newId = ids();
   const manager = (over: Partial<Stores> = {}) =>
-    new NodeHost({
+    memoryHost({
       ...stores,
       log,
       ...over,

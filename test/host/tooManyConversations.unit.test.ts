@@ -4,6 +4,7 @@ import type { Agent, AgentAction } from '../../src/agent/index.ts';
 import type { StatusFrame, StoredEvent } from '../../protocol/index.ts';
 import { TOO_MANY_CONVERSATIONS } from '../../src/host/index.ts';
 import { memoryEventLog } from '../../src/store/index.ts';
+import { until } from '../support/until.ts';
 
 /** An agent that keeps thinking: a step ends only when its session stops it. */
 const thinkingAgent: Agent = {
@@ -16,14 +17,6 @@ const thinkingAgent: Agent = {
   }),
 };
 
-async function until(what: string, check: () => boolean | Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 500; i++) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 2));
-  }
-  throw new Error(`never: ${what}`);
-}
-
 describe('too many running conversations for one user', () => {
   it('tells the clients of the oldest that it left memory (not that it was paused), and it comes back running when next used', async () => {
     const log = memoryEventLog();
@@ -34,10 +27,10 @@ describe('too many running conversations for one user', () => {
       const { conversation_id: oldest } = await m.commands.create('local', body);
       const frames: StatusFrame[] = [];
       m.feed.listen(oldest, 0, { event: () => {}, status: (frame) => frames.push(frame) });
-      await until('the first conversation runs', async () => (await m.session(oldest, 'local')).state === 'running');
+      await until(async () => (await m.session(oldest, 'local')).state === 'running', 'the first conversation runs');
 
       await m.commands.create('local', body);
-      await until('the first conversation left memory', () => !m.isLive(oldest));
+      await until(() => !m.isLive(oldest), 'the first conversation left memory');
       const told = frames.filter((f) => f.id === TOO_MANY_CONVERSATIONS.id);
       expect(told).toHaveLength(1);
       expect(told[0]!.message).toMatch(/left memory/);

@@ -5,21 +5,14 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { scriptedAgent } from '../../src/agent/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { localRuntimeProvider } from '../../src/runtime/index.ts';
-import { NodeHost } from '../../src/host/index.ts';
 import { memoryConversationStore, memoryEventLog, memorySnapshotStore } from '../../src/store/index.ts';
+import { until } from '../support/until.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 const dirs: string[] = [];
 afterEach(async () => {
   await Promise.all(dirs.splice(0).map((d) => rm(d, { recursive: true, force: true })));
 });
-
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  const end = Date.now() + 10_000;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 /** A conversation on a real bash runtime whose workspace already holds `script` as .tether/setup.sh. */
 async function withSetupScript(script: string) {
@@ -29,7 +22,7 @@ async function withSetupScript(script: string) {
   const id = 'setup0conversation';
   await mkdir(join(root, id, '.tether'), { recursive: true });
   await writeFile(join(root, id, '.tether', 'setup.sh'), script);
-  const m = new NodeHost({
+  const m = memoryHost({
     log,
     conversations: memoryConversationStore(),
     snapshots: memorySnapshotStore(),
@@ -45,14 +38,14 @@ async function withSetupScript(script: string) {
 describe('workspace set-up', () => {
   it('runs the workspace set-up script before the agent starts', async () => {
     const { m, id, root, state } = await withSetupScript('echo prepared > prepared.txt\n');
-    await until(async () => (await state()) === 'awaiting_user_input', 'the start');
+    await until(async () => (await state()) === 'awaiting_user_input', 'the start', 10_000);
     expect(await readFile(join(root, id, 'prepared.txt'), 'utf8')).toBe('prepared\n');
     await m.shutdown();
   });
 
   it('fails the start with the reason when the set-up script fails', async () => {
     const { m, events, state } = await withSetupScript('echo missing dependency >&2; exit 3\n');
-    await until(async () => (await state()) === 'error', 'the failed start');
+    await until(async () => (await state()) === 'error', 'the failed start', 10_000);
     const lost = (await events()).find((e) => e.type === 'runtime_status' && e.data.status === 'disconnected');
     expect(lost?.type === 'runtime_status' && lost.data.message).toMatch(
       /setup\.sh failed \(exit 3\).*missing dependency/s,

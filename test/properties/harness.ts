@@ -13,7 +13,7 @@ import type { StoredEvent, UserAction } from '../../protocol/index.ts';
 import { echoHandler, memoryRuntimeProvider, type MemoryRuntimeProvider } from '../../src/runtime/memoryRuntime.ts';
 import { IllegalTransitionError } from '../../src/errors.ts';
 import { readStoredState, type Session } from '../../src/conversation/index.ts';
-import { NodeHost } from '../../src/host/index.ts';
+import type { NodeHost } from '../../src/host/index.ts';
 import {
   memoryConversationStore,
   memoryEventLog,
@@ -24,6 +24,7 @@ import {
 } from '../../src/store/index.ts';
 import { Gates, type GateKind } from './gates.ts';
 import { expectSame, LogChecker, persisted } from './logChecks.ts';
+import { memoryHost } from '../support/memoryHost.ts';
 
 export const USER = 'local';
 
@@ -94,7 +95,7 @@ export class Harness {
   }
 
   #newManager(): NodeHost {
-    return new NodeHost({
+    return memoryHost({
       log: this.log,
       conversations: this.conversations,
       snapshots: this.snapshots,
