@@ -1,5 +1,5 @@
 import { createActor } from 'xstate';
-import type { StoredEvent } from '../src/protocol/index.ts';
+import type { StoredEvent } from '../protocol/index.ts';
 import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
 import { inputFrom } from './input.ts';
 import { sessionMachine, type SessionInput, type SessionSnapshot } from './sessionMachine.ts';

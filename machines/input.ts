@@ -1,4 +1,4 @@
-import type { EventOf } from '../src/protocol/index.ts';
+import type { EventOf } from '../protocol/index.ts';
 import { DEFAULT_RATE_LIMIT_RETRIES, UNRECORDED_MACHINE_VERSION, type SessionInput } from './sessionContext.ts';
 
 /** The machine's input, from a conversation's first event. */

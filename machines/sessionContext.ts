@@ -1,4 +1,4 @@
-import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
+import type { AgentState, RuntimeStatus } from '../protocol/index.ts';
 
 /**
  * Bump when a change to `machines/` changes what a stored log means or what a

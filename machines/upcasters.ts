@@ -1,4 +1,4 @@
-import type { StoredEvent } from '../src/protocol/index.ts';
+import type { StoredEvent } from '../protocol/index.ts';
 import { SESSION_MACHINE_VERSION } from './sessionContext.ts';
 
 /**
