@@ -61,7 +61,7 @@ type CreatedData = Omit<EventOf<'conversation_created'>['data'], 'machine_versio
  * (`machines/decide.ts`) which events to store and where they lead, append
  * them, adopt the state they lead to once JetStream acknowledged them, then run
  * what that state asks for (`effectsOf`). The machine is stepped once per
- * event, by the decider (xstate's pure transition); effects run outside the
+ * event, by the decider (machines/step.ts, as a fold is); effects run outside the
  * mailbox and their results come back as decider inputs.
  */
 export class Session {
