@@ -10,7 +10,11 @@ export const SESSION_MACHINE_VERSION = 5;
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
 
-/** Rate-limited steps tried again before the agent gives up in error. */
+/**
+ * Rate-limited steps tried again before the agent gives up in error, when
+ * `conversation_created` records no `max_rate_limit_retries` (logs written
+ * before the field existed, which so fold as they did).
+ */
 export const DEFAULT_RATE_LIMIT_RETRIES = 5;
 
 export interface SessionInput {
