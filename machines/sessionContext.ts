@@ -5,7 +5,7 @@ import type { AgentState, RuntimeStatus } from '../protocol/index.ts';
  * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
  * version table in test/machines/machineVersion.unit.test.ts.
  */
-export const SESSION_MACHINE_VERSION = 5;
+export const SESSION_MACHINE_VERSION = 6;
 
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
