@@ -11,6 +11,18 @@ const IMPURE = [
   { group: ['ws'], message: 'Only src/server/ speaks WebSocket.' },
   { group: ['@nats-io/*'], message: 'Only src/store/ talks to NATS.' },
 ];
+/**
+ * What machines/ must not import besides: protocol values (the zod schemas would follow into
+ * every browser bundle of the machines: the page, `tether replay`) and zod itself.
+ */
+const MACHINES_ONLY = [
+  {
+    regex: '(^|/)protocol(/|$)',
+    allowTypeImports: true,
+    message: 'machines/ imports protocol types only (`import type`): a value would bring zod into the browser.',
+  },
+  { group: ['zod', 'zod/*'], message: 'machines/ never imports zod: it runs in browsers, and the edge parses.' },
+];
 /** Node built-ins named without the `node:` prefix. */
 const BARE_BUILTINS = builtinModules.filter((name) => !name.startsWith('_'));
 
@@ -55,6 +67,18 @@ export default tseslint.config(
         { name: '__dirname', message: 'Node only.' },
         { name: 'require', message: 'Node only.' },
       ],
+    },
+  },
+  {
+    // After the block above: this rule's options replace its options there.
+    files: ['machines/**'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { paths: BARE_BUILTINS.map((name) => ({ name })), patterns: [...IMPURE, ...MACHINES_ONLY] },
+      ],
+      // `import { type X }` keeps the module as a side-effect import under verbatimModuleSyntax: `import type` drops it.
+      '@typescript-eslint/no-import-type-side-effects': 'error',
     },
   },
   {

@@ -141,7 +141,9 @@ export async function managerColdStart(fx: ColdStartFixture): Promise<ColdStart>
     await within(fx.timeoutMs, 'a cold start', idle);
     const session = await fx.manager.session(id, USER);
     if (session.state !== 'awaiting_user_input' || session.snapshot?.context.runtime !== 'connected') {
-      throw new Error(`cold start of ${id} ended ${session.state} with the runtime ${session.snapshot?.context.runtime}`);
+      throw new Error(
+        `cold start of ${id} ended ${session.state} with the runtime ${session.snapshot?.context.runtime}`,
+      );
     }
     return { conversationId: id, ms: Math.max(idleAt, createdMs), marks, createdMs };
   } finally {

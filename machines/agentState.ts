@@ -1,4 +1,4 @@
-import type { AgentState } from '../src/protocol/index.ts';
+import type { AgentState } from '../protocol/index.ts';
 import { sessionMachine, type SessionSnapshot } from './sessionMachine.ts';
 
 /** The agent state a snapshot shows to users (while passivated: the state it comes back in). */

@@ -1,12 +1,4 @@
-import type {
-  AgentState,
-  EventOf,
-  NewEvent,
-  PassivationReason,
-  StoredEvent,
-  UserAction,
-} from '../src/protocol/index.ts';
-import { EVENT_VERSION } from '../src/protocol/index.ts';
+import type { AgentState, EventOf, NewEvent, PassivationReason, StoredEvent, UserAction } from '../protocol/index.ts';
 import type { Deadline } from './sessionContext.ts';
 import { SESSION_MACHINE_VERSION } from './sessionContext.ts';
 import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
@@ -17,6 +9,14 @@ import { initialSnapshot, nextSnapshot } from './step.ts';
 
 type CreatedData = Omit<EventOf<'conversation_created'>['data'], 'machine_version'>;
 type CommandResult = Omit<EventOf<'command_output'>['data'], 'command'>;
+
+/**
+ * The stored event envelope's version (protocol/event.ts `EVENT_VERSION`), typed by
+ * the protocol so that a new envelope version fails the type check here. A copy,
+ * not an import: machines/ imports protocol types only, or its zod schemas would
+ * follow into every browser bundle of the machines.
+ */
+const EVENT_VERSION: StoredEvent['v'] = 1;
 
 /** What an agent step produced (the host rates a command's risk before it asks). */
 export type AgentAnswer =

@@ -1,8 +1,8 @@
-import { createActor } from 'xstate';
-import type { StoredEvent } from '../src/protocol/index.ts';
+import type { StoredEvent } from '../protocol/index.ts';
 import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
 import { inputFrom } from './input.ts';
-import { sessionMachine, type SessionInput, type SessionSnapshot } from './sessionMachine.ts';
+import type { SessionSnapshot } from './sessionMachine.ts';
+import { initialSnapshot, nextSnapshot } from './step.ts';
 import { upcasterFor } from './upcasters.ts';
 
 export interface FoldStep {
@@ -30,76 +30,49 @@ export interface FoldOptions {
 }
 
 /**
- * One fold's steps, through a plain actor of the machine: its actions only
- * assign context, so an event only moves the state. Public xstate API only
- * (`createActor` with an input or a snapshot, `send`, `getSnapshot`), and as
- * fast as driving the machine's own `transition` with a hand-made actor scope.
- * xstate's `transition()` gives the same snapshots but builds a throw-away
- * actor and actor system for every call: about 5 times slower over a long
- * log (measured on xstate 5.33.3). Guarded by test/machines/fold.unit.test.ts
- * (this fold = `transition()` step by step) and by the property tests in
- * test/properties/foldEqualsLive.unit.test.ts (fold = the live session's actor).
- */
-function stepper(input: SessionInput, from?: SessionSnapshot) {
-  // From a snapshot the input is not read: the context comes with the snapshot.
-  const actor = createActor(sessionMachine, { input, ...(from && { snapshot: from }) });
-  let failure: { error: unknown } | null = null;
-  // An error inside the machine stops the actor; the fold throws it, as `transition()` would.
-  actor.subscribe({ error: (error) => void (failure = { error }) });
-  actor.start();
-  const snapshot = () => {
-    if (failure) throw failure.error;
-    return actor.getSnapshot();
-  };
-  return {
-    snapshot,
-    send(event: SessionEvent): SessionSnapshot {
-      actor.send(event);
-      return snapshot();
-    },
-  };
-}
-
-/**
- * Rebuilds a session from its stored events by sending them to an actor of
- * the machine: no effect runs, no agent is called (effects are read from the
- * state, by the host, never run by the machine). Events written under an
- * older machine version are upcast first. Without `from`, the
- * first event must be `conversation_created`. Accepts stored events or
- * `{seq, event}` pairs. Throws what the machine throws.
+ * Rebuilds a session from its stored events, stepping the machine once per
+ * machine event (`step.ts`, as the decider does): no effect runs, no agent is
+ * called (effects are read from the state, by the host, never run by the
+ * machine). Events written under an older machine version are upcast first.
+ * Without `from`, the first event must be `conversation_created`. Accepts
+ * stored events or `{seq, event}` pairs. Throws what the machine throws.
  */
 export function foldEvents(
   events: Iterable<StoredEvent | { seq: number; event: StoredEvent }>,
   options: FoldOptions = {},
 ): Fold {
-  let fold = options.from ? stepper(options.from.context, options.from) : undefined;
+  let snapshot = options.from;
   // Events of a log written under an older machine version read as this version reads them.
-  let upcast = options.from ? upcasterFor(options.from.context.machineVersion) : null;
+  let upcast = snapshot ? upcasterFor(snapshot.context.machineVersion) : null;
   let folded = 0;
   const steps: FoldStep[] = [];
   for (const item of events) {
     const [stored, seq] = 'seq' in item ? [item.event, item.seq] : [item, undefined];
     folded += 1;
-    if (fold === undefined) {
+    if (snapshot === undefined) {
       if (stored.type !== 'conversation_created') {
         throw new Error(`a conversation log starts with conversation_created, not ${stored.type}`);
       }
       const input = inputFrom(stored);
-      fold = stepper(input);
+      snapshot = initialSnapshot(input);
       upcast = upcasterFor(input.machineVersion);
       continue;
     }
     const event = toSessionEvent(upcast ? upcast(stored) : stored);
     if (stored.type === 'machine_upgraded') upcast = upcasterFor(stored.data.to);
     if (event === null) continue;
-    if (!options.trace) {
-      fold.send(event);
-      continue;
+    const next = nextSnapshot(snapshot, event);
+    if (options.trace) {
+      steps.push({
+        ...(seq !== undefined && { seq }),
+        eventId: stored.id,
+        event,
+        from: snapshot.value,
+        to: next.value,
+      });
     }
-    const from = fold.snapshot().value;
-    const to = fold.send(event).value;
-    steps.push({ ...(seq !== undefined && { seq }), eventId: stored.id, event, from, to });
+    snapshot = next;
   }
-  if (fold === undefined) throw new Error('an empty log holds no conversation');
-  return { snapshot: fold.snapshot(), folded, steps };
+  if (snapshot === undefined) throw new Error('an empty log holds no conversation');
+  return { snapshot, folded, steps };
 }

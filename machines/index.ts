@@ -14,6 +14,7 @@ export {
 export type { SessionTag } from './sessionSetup.ts';
 export { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
 export { foldEvents, type Fold, type FoldStep, type FoldOptions } from './fold.ts';
+export { initialSnapshot, nextSnapshot } from './step.ts';
 export {
   stateAt,
   statePaths,

@@ -1,7 +1,7 @@
-import type { EventOf } from '../src/protocol/index.ts';
+import type { EventOf } from '../protocol/index.ts';
 import { DEFAULT_RATE_LIMIT_RETRIES, UNRECORDED_MACHINE_VERSION, type SessionInput } from './sessionContext.ts';
 
-/** The machine's input, from a conversation's first event. */
+/** The machine's input, from a conversation's first event: every limit the machine keeps is recorded there. */
 export function inputFrom(created: EventOf<'conversation_created'>): SessionInput & { machineVersion: number } {
   const timeout = created.data.start_timeout_ms;
   return {
@@ -9,7 +9,7 @@ export function inputFrom(created: EventOf<'conversation_created'>): SessionInpu
     user: created.data.user,
     maxIterations: created.data.max_iterations,
     maxBudget: created.data.max_budget ?? null,
-    maxRateLimitRetries: DEFAULT_RATE_LIMIT_RETRIES,
+    maxRateLimitRetries: created.data.max_rate_limit_retries ?? DEFAULT_RATE_LIMIT_RETRIES,
     confirmationMode: created.data.confirmation_mode,
     startDeadline: timeout === undefined ? null : Date.parse(created.ts) + timeout,
     machineVersion: created.data.machine_version ?? UNRECORDED_MACHINE_VERSION,

@@ -1,5 +1,5 @@
 import type { StateValue } from 'xstate';
-import type { AgentState, LoggedEvent, StoredEvent } from '../src/protocol/index.ts';
+import type { AgentState, LoggedEvent, StoredEvent } from '../protocol/index.ts';
 import { agentStateOf } from './agentState.ts';
 import { foldEvents } from './fold.ts';
 import type { SessionContext } from './sessionContext.ts';

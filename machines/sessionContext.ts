@@ -1,16 +1,20 @@
-import type { AgentState, RuntimeStatus } from '../src/protocol/index.ts';
+import type { AgentState, RuntimeStatus } from '../protocol/index.ts';
 
 /**
  * Bump when a change to `machines/` changes what a stored log means or what a
  * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
  * version table in test/machines/machineVersion.unit.test.ts.
  */
-export const SESSION_MACHINE_VERSION = 5;
+export const SESSION_MACHINE_VERSION = 6;
 
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
 
-/** Rate-limited steps tried again before the agent gives up in error. */
+/**
+ * Rate-limited steps tried again before the agent gives up in error, when
+ * `conversation_created` records no `max_rate_limit_retries` (logs written
+ * before the field existed, which so fold as they did).
+ */
 export const DEFAULT_RATE_LIMIT_RETRIES = 5;
 
 export interface SessionInput {

@@ -1,4 +1,4 @@
-import type { AgentState, PassivationReason, StoredEvent } from '../src/protocol/index.ts';
+import type { AgentState, PassivationReason, StoredEvent } from '../protocol/index.ts';
 
 type RuntimeStep = 'starting' | 'connecting' | 'setting_up' | 'connected' | 'stopped';
 

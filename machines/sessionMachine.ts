@@ -1,5 +1,5 @@
 import type { SnapshotFrom } from 'xstate';
-import type { AgentState } from '../src/protocol/index.ts';
+import type { AgentState } from '../protocol/index.ts';
 import { initialContext } from './sessionContext.ts';
 import { and, resumesIn, sessionSetup, wants } from './sessionSetup.ts';
 

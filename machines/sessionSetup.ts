@@ -1,5 +1,5 @@
 import { and, assign, or, setup } from 'xstate';
-import type { AgentState } from '../src/protocol/index.ts';
+import type { AgentState } from '../protocol/index.ts';
 import { isComingUp, type SessionContext, type SessionInput } from './sessionContext.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 

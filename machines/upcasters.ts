@@ -1,4 +1,4 @@
-import type { StoredEvent } from '../src/protocol/index.ts';
+import type { StoredEvent } from '../protocol/index.ts';
 import { SESSION_MACHINE_VERSION } from './sessionContext.ts';
 
 /**
@@ -27,6 +27,14 @@ export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
     reinterprets:
       'nothing: version 5 adds the stored fact `conversation_forked` (kept in `context.forkedFrom`), which ' +
       'version 4 logs do not hold, and the fork input of the decider.',
+    upcast: (event) => event,
+  },
+  5: {
+    reinterprets:
+      'nothing: version 6 reads the rate-limit retry bound from `conversation_created.max_rate_limit_retries`, ' +
+      'which no version 5 log holds, so it is 5 there, the bound version 5 kept in code. machines/ takes only ' +
+      'types from protocol/ (no zod), and the fold, the decider and the first state step the machine one way ' +
+      '(machines/step.ts, public xstate API only); each step is the one version 5 took.',
     upcast: (event) => event,
   },
 };

@@ -23,6 +23,14 @@ export const ConversationCreatedData = z.object({
   confirmation_mode: z.boolean(),
   max_iterations: z.number().int().min(1),
   max_budget: z.number().min(0).optional(),
+  max_rate_limit_retries: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe(
+      'Rate-limited agent steps tried again in a row before the agent gives up in error (absent: 5, the bound before it was recorded).',
+    ),
   instructions: z.string().optional(),
   secret_names: z.array(z.string()).describe('Names only; values never reach the log.'),
   replay: z.boolean(),

@@ -1,3 +1,4 @@
+import { DEFAULT_RATE_LIMIT_RETRIES } from '../machines/index.ts';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
@@ -40,6 +41,7 @@ export const ConfigSchema = z.object({
   TETHER_MAX_LIVE: positiveInt.default(10_000),
   TETHER_MAX_RUNNING_PER_USER: positiveInt.default(3),
   TETHER_START_TIMEOUT_MS: positiveInt.default(60_000),
+  TETHER_RATE_LIMIT_RETRIES: z.coerce.number().int().min(0).default(DEFAULT_RATE_LIMIT_RETRIES),
   TETHER_SNAPSHOT_EVERY: positiveInt.default(200),
   TETHER_CHECKPOINT_EVERY: positiveInt.default(100),
   TETHER_REHYDRATE_CONCURRENCY: positiveInt.default(8),
@@ -165,6 +167,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxLive: c.TETHER_MAX_LIVE,
       maxRunningPerUser: c.TETHER_MAX_RUNNING_PER_USER,
       startTimeoutMs: c.TETHER_START_TIMEOUT_MS,
+      rateLimitRetries: c.TETHER_RATE_LIMIT_RETRIES,
       snapshotEvery: c.TETHER_SNAPSHOT_EVERY,
       checkpointEvery: c.TETHER_CHECKPOINT_EVERY,
       rehydrateConcurrency: c.TETHER_REHYDRATE_CONCURRENCY,

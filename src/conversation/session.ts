@@ -6,14 +6,7 @@ import {
   type DecisionInput,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import type {
-  AgentState,
-  EventOf,
-  PassivationReason,
-  RuntimeStatus,
-  StoredEvent,
-  UserAction,
-} from '../../protocol/index.ts';
+import type { AgentState, PassivationReason, StoredEvent, UserAction } from '../../protocol/index.ts';
 import type { AgentContext } from '../agent/index.ts';
 import type { CheckpointStore, SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
@@ -52,15 +45,13 @@ export interface StoredState {
   recordedState: AgentState | undefined;
 }
 
-type CreatedData = Omit<EventOf<'conversation_created'>['data'], 'machine_version'>;
-
 /**
  * One live conversation: the session machine's actor, hosted as a mailbox over
  * its snapshot. Every change is one job: read the snapshot, ask the decider
  * (`machines/decide.ts`) which events to store and where they lead, append
  * them, adopt the state they lead to once JetStream acknowledged them, then run
  * what that state asks for (`effectsOf`). The machine is stepped once per
- * event, by the decider (xstate's pure transition); effects run outside the
+ * event, by the decider (machines/step.ts, as a fold is); effects run outside the
  * mailbox and their results come back as decider inputs.
  */
 export class Session {

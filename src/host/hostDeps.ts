@@ -1,3 +1,4 @@
+import { DEFAULT_RATE_LIMIT_RETRIES } from '../../machines/index.ts';
 import type { Agent } from '../agent/index.ts';
 import type { Logger } from '../logger.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
@@ -16,6 +17,8 @@ import type { PassivationLimits } from './passivationPolicy.ts';
 export interface SessionLimits extends PassivationLimits {
   /** A session that has not started this long after creation reports error. */
   startTimeoutMs: number;
+  /** Rate-limited attempts of one agent step before it gives up in error; recorded in each new conversation's creation. */
+  rateLimitRetries: number;
   /** Snapshot every this many events, besides at passivation. */
   snapshotEvery: number;
   /** A checkpoint (for looks at past states) every this many events of a conversation. */
@@ -30,6 +33,7 @@ export const DEFAULT_LIMITS: SessionLimits = {
   maxLive: 10_000,
   maxRunningPerUser: 3,
   startTimeoutMs: 60_000,
+  rateLimitRetries: DEFAULT_RATE_LIMIT_RETRIES,
   snapshotEvery: 200,
   checkpointEvery: 100,
   rehydrateConcurrency: 8,

@@ -45,7 +45,20 @@ async function allEvents(log: EventLog, id: string): Promise<StoredEvent[]> {
   return (await log.read(id)).items.map((i: LoggedEvent) => i.event);
 }
 
-describe('session manager', () => {
+describe('a node host', () => {
+  it('records the rate-limit retry bound of its limits in each new conversation, as the machine reads it', async () => {
+    const log = memoryEventLog();
+    const m = memoryHost({ log, limits: { rateLimitRetries: 2 } });
+    try {
+      const { conversation_id: id } = await m.commands.create('local', defaults);
+      const [created] = await allEvents(log, id);
+      expect(created).toMatchObject({ type: 'conversation_created', data: { max_rate_limit_retries: 2 } });
+      expect((await m.session(id, 'local')).snapshot?.context.maxRateLimitRetries).toBe(2);
+    } finally {
+      await m.shutdown();
+    }
+  });
+
   it('stores the creation, the runtime start, the message, each state change and the reply, in that order', async () => {
     const log = memoryEventLog();
     const m = manager(log);

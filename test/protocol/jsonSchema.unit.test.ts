@@ -44,4 +44,18 @@ describe('stored event zod schema', () => {
   it('refuses data that does not match its type', () => {
     expect(StoredEvent.safeParse({ ...valid, data: { text: 'hi' } }).success).toBe(false);
   });
+
+  it('takes a rate-limit retry bound in conversation_created: optional, a whole number, 0 or more', () => {
+    const created = (data: Record<string, unknown>) => ({
+      ...valid,
+      type: 'conversation_created',
+      data: { user: 'u', confirmation_mode: false, max_iterations: 10, secret_names: [], replay: false, ...data },
+    });
+    expect(StoredEvent.safeParse(created({})).success).toBe(true);
+    expect(StoredEvent.safeParse(created({ max_rate_limit_retries: 0 })).success).toBe(true);
+    expect(StoredEvent.safeParse(created({ max_rate_limit_retries: 3 })).success).toBe(true);
+    expect(StoredEvent.safeParse(created({ max_rate_limit_retries: -1 })).success).toBe(false);
+    expect(StoredEvent.safeParse(created({ max_rate_limit_retries: 1.5 })).success).toBe(false);
+    expect(StoredEvent.safeParse(created({ max_rate_limit_retries: '3' })).success).toBe(false);
+  });
 });
