@@ -117,7 +117,9 @@ function printedNodes(output: string): Array<{ name: string; url: string; ws: st
 
 /** Waits for the script to print its three nodes; fails when it exits first. */
 async function untilReady(run: ClusterRun): Promise<void> {
-  await until(() => printedNodes(run.output()).length === 3 || run.child.exitCode !== null, 'the node URLs', 25_000);
+  await until(() => printedNodes(run.output()).length === 3 || run.child.exitCode !== null, 'the node URLs', {
+    timeoutMs: 25_000,
+  });
   expect(run.child.exitCode, run.output()).toBeNull();
 }
 
@@ -225,6 +227,8 @@ describe('npm run cluster', () => {
     run.child.kill('SIGKILL');
     await run.exited;
     // Each child's guard reads end-of-file from the dead script and stops it (a node bounds its own stop at 10 s).
-    await until(() => processesMentioning(run.dataDir).length === 0, 'every process it started to end', 20_000);
+    await until(() => processesMentioning(run.dataDir).length === 0, 'every process it started to end', {
+      timeoutMs: 20_000,
+    });
   }, 45_000);
 });
