@@ -1,0 +1,105 @@
+// The set-up of the end-to-end tests: `const e2e = useE2e()` at the top of a file (or a
+// describe). What a test opens through it is closed once that test is over (after its
+// afterEach hooks); what a beforeAll opens, after the last test.
+import { rm } from 'node:fs/promises';
+import { afterAll, onTestFinished, TestRunner } from 'vitest';
+import { makeDataDir, startServer, type ServerProcess, type StartServerOptions } from './serverProcess.ts';
+import { WsClient, wsUrlFor, type WsClientOptions } from './wsClient.ts';
+
+/** Bounds a whole clean-up: a server gets SIGTERM, then SIGKILL after 20 s. */
+const CLEANUP_TIMEOUT_MS = 60_000;
+
+export interface ConnectOptions extends WsClientOptions {
+  /** Resume after this seq (`after_seq`). */
+  afterSeq?: number;
+  /** Sign in with this token (`token` in the address, as the page does). */
+  token?: string;
+}
+
+export interface E2e {
+  /** Starts `tether serve` (see startServer); stopped at clean-up unless it has ended. */
+  start(options?: StartServerOptions): Promise<ServerProcess>;
+  /** A fresh temporary directory (a data dir to start servers on, a shared workspaces dir); removed at clean-up. */
+  tempDir(): Promise<string>;
+  /** A client on a conversation, once its sync frame arrived; terminated at clean-up. */
+  connect(server: { wsUrl: string }, conversationId: string, options?: ConnectOptions): Promise<WsClient>;
+  /** A client that is only starting to open, on any address (refused ones too); terminated at clean-up. */
+  open(url: string, options?: WsClientOptions): WsClient;
+  /** Runs `cleanup` at clean-up, once the servers have stopped (the last one given runs first). */
+  onCleanup(cleanup: () => unknown): void;
+}
+
+/** What one test (or the file) opened; closed sockets first, then servers, then the rest, then directories. */
+class Opened {
+  readonly sockets: WsClient[] = [];
+  readonly servers: ServerProcess[] = [];
+  readonly cleanups: Array<() => unknown> = [];
+  readonly dirs: string[] = [];
+
+  async close(): Promise<void> {
+    const failures: unknown[] = [];
+    const settle = async (work: Array<Promise<unknown>>) => {
+      for (const result of await Promise.allSettled(work))
+        if (result.status === 'rejected') failures.push(result.reason);
+    };
+    await settle(this.sockets.splice(0).map((socket) => socket.terminate()));
+    await settle(this.servers.splice(0).map((server) => server.stop()));
+    for (const cleanup of this.cleanups.splice(0).reverse()) await settle([Promise.resolve().then(cleanup)]);
+    await settle(this.dirs.splice(0).map((dir) => rm(dir, { recursive: true, force: true })));
+    if (failures.length > 0) throw new AggregateError(failures, 'clean-up of the end-to-end set-up failed');
+  }
+}
+
+/** The end-to-end set-up of this file or describe: servers, directories and clients, each closed in time. */
+export function useE2e(): E2e {
+  const ofFile = new Opened();
+  const ofTest = new WeakMap<object, Opened>();
+  afterAll(() => ofFile.close(), CLEANUP_TIMEOUT_MS);
+
+  const opened = (): Opened => {
+    const test = TestRunner.getCurrentTest();
+    if (!test) return ofFile;
+    let scope = ofTest.get(test);
+    if (!scope) {
+      const fresh = new Opened();
+      ofTest.set(test, fresh);
+      onTestFinished(() => {
+        ofTest.delete(test);
+        return fresh.close();
+      }, CLEANUP_TIMEOUT_MS);
+      scope = fresh;
+    }
+    return scope;
+  };
+
+  const open = (url: string, options: WsClientOptions = {}): WsClient => {
+    const client = WsClient.open(url, options);
+    opened().sockets.push(client);
+    return client;
+  };
+
+  return {
+    async start(options = {}) {
+      const server = await startServer(options);
+      opened().servers.push(server);
+      return server;
+    },
+    async tempDir() {
+      const dir = await makeDataDir();
+      opened().dirs.push(dir);
+      return dir;
+    },
+    async connect(server, conversationId, { afterSeq, token, ...options } = {}) {
+      const url = new URL(wsUrlFor(server.wsUrl, conversationId, afterSeq));
+      if (token !== undefined) url.searchParams.set('token', token);
+      const client = open(url.toString(), options);
+      await client.opened;
+      await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
+      return client;
+    },
+    open,
+    onCleanup(cleanup) {
+      opened().cleanups.push(cleanup);
+    },
+  };
+}
