@@ -1,4 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
 import {
   contentCounts,
   deliveryProblem,
@@ -7,16 +8,10 @@ import {
   untilQuiet,
   type Connection,
 } from '../support/faults.ts';
-import { createConversation, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
+import { createConversation, http } from '../support/serverProcess.ts';
+import { wsUrlFor, type Frame } from '../support/wsClient.ts';
 
-const servers: ServerProcess[] = [];
-const sockets: WsClient[] = [];
-
-afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-});
+const e2e = useE2e();
 
 const isMessageEvent = (frame: Frame, content: string) =>
   frame.type === 'event' &&
@@ -26,13 +21,12 @@ const isMessageEvent = (frame: Frame, content: string) =>
 
 describe('a hung NATS server', () => {
   it('says not ready while nats-server hangs, stores the message that timed out at most once, and sends an open ws client every stored event once', async (ctx) => {
-    const server = await startServer({ env: { TETHER_AGENT_DELAY_MS: '0' } });
-    servers.push(server);
+    const server = await e2e.start({ env: { TETHER_AGENT_DELAY_MS: '0' } });
     ctx.onTestFailed(() => console.log(`tether stderr (tail):\n${server.stderr().slice(-4_000)}`));
     const id = await createConversation(server.baseUrl);
     await untilQuiet(server.baseUrl, [id], { timeoutMs: 30_000, stableMs: 100 });
-    const ws = await WsClient.connect(wsUrlFor(server.wsUrl, id, 0));
-    sockets.push(ws);
+    const ws = e2e.open(wsUrlFor(server.wsUrl, id, 0));
+    await ws.opened;
     await ws.roundTrip();
     const connection: Connection = { ws, afterSeq: 0 };
 

@@ -1,37 +1,21 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ConversationInfo, type EventOf, type LoggedEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import {
   allEvents,
   createConversation,
   eventsWhen,
-  eventually,
   http,
+  SERVER_WAIT,
   type ServerProcess,
-  startServer,
 } from '../support/serverProcess.ts';
 import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
-import { WsClient, wsUrlFor, type EventFrame, type SyncFrame } from '../support/wsClient.ts';
+import { until } from '../support/until.ts';
+import type { EventFrame, SyncFrame, WsClient } from '../support/wsClient.ts';
 
-const servers: ServerProcess[] = [];
-const sockets: WsClient[] = [];
-
-afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-});
-
-async function start(env: Record<string, string>): Promise<ServerProcess> {
-  const server = await startServer({ env });
-  servers.push(server);
-  return server;
-}
-
-async function connect(server: ServerProcess, id: string): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
+const e2e = useE2e();
+const start = (env: Record<string, string>) => e2e.start({ env });
+const connect = (server: ServerProcess, id: string) => e2e.connect(server, id);
 
 interface ListedConversation {
   conversation_id: string;
@@ -54,7 +38,7 @@ async function inMemory(server: ServerProcess, id: string): Promise<boolean> {
 
 /** Waits (without loading it) until the conversation has left memory. */
 async function untilPassivated(server: ServerProcess, id: string, what: string): Promise<void> {
-  await eventually(async () => ((await inMemory(server, id)) ? undefined : true), what, 15_000);
+  await until(async () => !(await inMemory(server, id)), what, { ...SERVER_WAIT, timeoutMs: 15_000 });
 }
 
 const answered = (content: string) => (events: readonly LoggedEvent[]) =>
