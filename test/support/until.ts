@@ -3,7 +3,7 @@ export interface UntilOptions {
   timeoutMs?: number;
   /** The pause between two checks (default 10 ms). */
   everyMs?: number;
-  /** A check that throws counts as "not yet" (the last error is named on timeout); otherwise the throw ends the wait. */
+  /** A check that throws counts as "not yet" (the last error is named on timeout); else a throw ends the wait. */
   retryErrors?: boolean;
 }
 
