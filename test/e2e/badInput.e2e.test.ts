@@ -1,15 +1,8 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
-import {
-  allEvents,
-  createConversation,
-  eventsWhen,
-  http,
-  SERVER_WAIT,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import { wsUrlFor, type Frame, type WsClient } from '../support/wsClient.ts';
 
 const MAX_FRAME_BYTES = 4096;

@@ -5,7 +5,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConversationInfo, EventOf, LoggedEvent } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
 import { bashesIn } from '../support/processes.ts';
 import {
   allEvents,
@@ -13,11 +13,10 @@ import {
   eventsWhen,
   http,
   postMessage,
-  SERVER_WAIT,
   type ServerProcess,
   startServer,
 } from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import type { EventFrame } from '../support/wsClient.ts';
 
 // Three `tether serve` processes on a 3-node NATS cluster: one owner per
@@ -59,8 +58,7 @@ async function startNode(name: NodeName): Promise<ServerProcess> {
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-  e2e.onCleanup(() => nats.stop());
+  nats = await e2e.natsCluster();
   workspaces = await e2e.tempDir();
   for (const name of NODES) dataDirs.set(name, await e2e.tempDir());
   e2e.onCleanup(() => Promise.all([...nodes.values()].map((s) => s.stop())));

@@ -15,16 +15,9 @@ import {
 } from '../support/faults.ts';
 import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
-import {
-  allEvents,
-  createConversation,
-  http,
-  SERVER_WAIT,
-  type ServerExit,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
+import { allEvents, createConversation, http, type ServerExit, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // The kill loop of killLoop.e2e.test.ts on a cluster: three `tether serve` on a
 // 3-node NATS cluster, one of them killed -9 in each round while 50
@@ -115,8 +108,7 @@ async function startNode(name: NodeName): Promise<ServerProcess> {
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-  e2e.onCleanup(() => nats.stop());
+  nats = await e2e.natsCluster();
   workspaces = await e2e.tempDir();
   for (const name of NODES) dataDirs.set(name, await e2e.tempDir());
   await Promise.all(NODES.map((name) => startNode(name)));

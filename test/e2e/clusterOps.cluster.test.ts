@@ -1,10 +1,10 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ClusterView, ConversationInfo, ConversationOwner } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
-import { http, postMessage, SERVER_WAIT, type ServerProcess } from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { http, postMessage, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // Two `tether serve` nodes with public URLs on a 3-node NATS cluster (replicas 3):
 // what an operator reads of the cluster, its metrics, and the per-user cap across nodes.
@@ -36,8 +36,7 @@ async function startNode(name: string): Promise<ServerProcess> {
 }
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-  e2e.onCleanup(() => nats.stop());
+  nats = await e2e.natsCluster();
   workspaces = await e2e.tempDir();
   [a, b] = await Promise.all([startNode('node-a'), startNode('node-b')]);
 }, 90_000);

@@ -3,14 +3,13 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { connectNats } from '../../src/store/natsConnection.ts';
 import { useE2e } from '../support/e2e.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
 
 const e2e = useE2e();
 let nats: NatsCluster;
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-  e2e.onCleanup(() => nats.stop());
+  nats = await e2e.natsCluster();
 });
 
 describe('a node started beside a NATS cluster that is still forming', () => {

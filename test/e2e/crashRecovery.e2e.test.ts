@@ -10,11 +10,11 @@ import {
   eventsWhen,
   http,
   postMessage,
-  SERVER_WAIT,
   type ServerProcess,
 } from '../support/serverProcess.ts';
-import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
-import { until } from '../support/until.ts';
+import { endsAwaiting, expectDenseIds, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
+import { describeLog } from '../support/faults.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 const e2e = useE2e();
 
@@ -66,20 +66,6 @@ async function untilRecoveredUnasked(server: ServerProcess, ids: readonly string
 type Output = LoggedEvent & { event: EventOf<'command_output'> };
 const outputsOf = (events: readonly LoggedEvent[]): Output[] =>
   events.filter((e): e is Output => e.event.type === 'command_output');
-
-function describeLog(events: readonly LoggedEvent[]): string {
-  return events
-    .map(
-      ({ seq, event }) =>
-        `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
-    )
-    .join('\n');
-}
-
-function expectDenseIds(events: readonly LoggedEvent[]): void {
-  expect(events.map((e) => e.event.id)).toEqual(events.map((_, i) => i));
-  expect(events.every((e, i) => i === 0 || e.seq > events[i - 1]!.seq)).toBe(true);
-}
 
 /**
  * The log of a conversation brought back after a crash: the old events

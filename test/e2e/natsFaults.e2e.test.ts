@@ -2,8 +2,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
 import { embeddedNatsPid } from '../support/faults.ts';
-import { createConversation, eventsWhen, http, SERVER_WAIT, type ServerProcess } from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 const e2e = useE2e();
 let server: ServerProcess;

@@ -5,6 +5,7 @@ import {
   deliveryProblem,
   embeddedNatsPid,
   idProblem,
+  isUserMessageFrame,
   untilQuiet,
   type Connection,
 } from '../support/faults.ts';
@@ -12,12 +13,6 @@ import { createConversation, http } from '../support/serverProcess.ts';
 import { wsUrlFor, type Frame } from '../support/wsClient.ts';
 
 const e2e = useE2e();
-
-const isMessageEvent = (frame: Frame, content: string) =>
-  frame.type === 'event' &&
-  frame.event.source === 'user' &&
-  frame.event.type === 'message' &&
-  frame.event.data.content === content;
 
 describe('a hung NATS server', () => {
   it('says not ready while nats-server hangs, stores the message that timed out at most once, and sends an open ws client every stored event once', async (ctx) => {
@@ -41,7 +36,7 @@ describe('a hung NATS server', () => {
       ws.sendMessage('sent while nats-server hangs', 'hung-1');
       // Its connection looks fine, but it does not answer: not ready.
       readyWhileHung = (await http(server.baseUrl, 'GET', '/readyz')).status;
-      error = await ws.waitFor((f) => f.type === 'error' || isMessageEvent(f, 'sent while nats-server hangs'), {
+      error = await ws.waitFor((f) => f.type === 'error' || isUserMessageFrame(f, 'sent while nats-server hangs'), {
         timeoutMs: 20_000,
       });
     } finally {
@@ -53,7 +48,7 @@ describe('a hung NATS server', () => {
     expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
 
     ws.sendMessage('sent after it runs again', 'after-1');
-    await ws.waitFor((f) => isMessageEvent(f, 'sent after it runs again'), {
+    await ws.waitFor((f) => isUserMessageFrame(f, 'sent after it runs again'), {
       timeoutMs: 20_000,
       what: 'the next message back',
     });

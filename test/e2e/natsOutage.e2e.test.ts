@@ -8,6 +8,7 @@ import {
   duplicatedContents,
   embeddedNatsPid,
   idProblem,
+  isUserMessageFrame,
   ReadyzProbe,
   sleep,
   unanswered,
@@ -15,8 +16,8 @@ import {
   userMessages,
   type Connection,
 } from '../support/faults.ts';
-import { createConversation, http, SERVER_WAIT, type ServerProcess } from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { createConversation, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import { wsUrlFor, type Frame, type WsClient } from '../support/wsClient.ts';
 
 const CONVERSATIONS = 10;
@@ -59,12 +60,6 @@ interface Action {
 }
 
 const e2e = useE2e();
-
-const isMessageEvent = (frame: Frame, content: string) =>
-  frame.type === 'event' &&
-  frame.event.source === 'user' &&
-  frame.event.type === 'message' &&
-  frame.event.data.content === content;
 
 /**
  * A ws client that keeps chatting: one user message at a time, each with a
@@ -143,7 +138,7 @@ class Chatter {
     ws.send({ type: 'user_action', action: { type: 'message', content: action.content }, client_id: action.clientId });
     let outcome: Frame;
     try {
-      outcome = await ws.waitFor((f) => isMessageEvent(f, action.content) || f.type === 'error', {
+      outcome = await ws.waitFor((f) => isUserMessageFrame(f, action.content) || f.type === 'error', {
         from,
         timeoutMs: OUTCOME_TIMEOUT_MS,
         what: `the outcome of ${action.clientId}`,

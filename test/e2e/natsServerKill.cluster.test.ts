@@ -13,10 +13,10 @@ import {
   type MessageAck,
 } from '../support/faults.ts';
 import { useE2e } from '../support/e2e.ts';
-import { connectionNames, startNatsCluster, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
+import { connectionNames, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
 import { ResendingChatter } from '../support/resendingChatter.ts';
-import { createConversation, http, SERVER_WAIT, type ServerProcess } from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { createConversation, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import type { WsClient } from '../support/wsClient.ts';
 
 // kill -9 of the nats-server that Tether node `a` is connected to, on a
@@ -56,8 +56,7 @@ const sockets: WsClient[] = [];
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await startNatsCluster({ monitor: true });
-  e2e.onCleanup(() => nats.stop());
+  nats = await e2e.natsCluster({ monitor: true });
   e2e.onCleanup(() => Promise.all(sockets.map((s) => s.terminate())));
   const workspaces = await e2e.tempDir();
   // Both at once on fresh replicated buckets: each waits until the buckets it made or found have a leader.

@@ -1,16 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { ConversationInfo, type EventOf, type LoggedEvent } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
-import {
-  allEvents,
-  createConversation,
-  eventsWhen,
-  http,
-  SERVER_WAIT,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
-import { until } from '../support/until.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { endsAwaiting, expectDenseIds, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
+import { describeLog } from '../support/faults.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import type { EventFrame, SyncFrame, WsClient } from '../support/wsClient.ts';
 
 const e2e = useE2e();
@@ -54,21 +48,6 @@ function rehydrations(events: readonly LoggedEvent[]): Array<LoggedEvent & { eve
   return events.filter(
     (e): e is LoggedEvent & { event: EventOf<'session_rehydrated'> } => e.event.type === 'session_rehydrated',
   );
-}
-
-/** One line per event, for failure messages. */
-function describeLog(events: readonly LoggedEvent[]): string {
-  return events
-    .map(
-      ({ seq, event }) =>
-        `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
-    )
-    .join('\n');
-}
-
-function expectDenseIds(events: readonly LoggedEvent[]): void {
-  expect(events.map((e) => e.event.id)).toEqual(events.map((_, i) => i));
-  expect(events.every((e, i) => i === 0 || e.seq > events[i - 1]!.seq)).toBe(true);
 }
 
 /**

@@ -2,15 +2,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
-import {
-  allEvents,
-  createConversation,
-  eventsWhen,
-  http,
-  SERVER_WAIT,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import type { WsClient } from '../support/wsClient.ts';
 
 const CLOSE_DELAY_MS = 300;

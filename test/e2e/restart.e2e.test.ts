@@ -3,9 +3,9 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
-import { allEvents, createConversation, eventsWhen, http, SERVER_WAIT } from '../support/serverProcess.ts';
-import { endsAwaiting, stateOf } from '../support/logQueries.ts';
-import { until } from '../support/until.ts';
+import { allEvents, createConversation, eventsWhen, http } from '../support/serverProcess.ts';
+import { endsAwaiting, expectDenseIds, stateOf } from '../support/logQueries.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 const e2e = useE2e();
 
@@ -18,11 +18,6 @@ function replyTo(events: LoggedEvent[], content: string): LoggedEvent | undefine
   return events.find(
     (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === asked.event.id,
   );
-}
-
-function expectDenseIds(events: LoggedEvent[]): void {
-  expect(events.map((e) => e.event.id)).toEqual(events.map((_, i) => i));
-  expect(events.every((e, i) => i === 0 || e.seq > events[i - 1]!.seq)).toBe(true);
 }
 
 describe('restarting the server on the same data directory', () => {

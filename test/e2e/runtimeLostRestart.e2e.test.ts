@@ -9,12 +9,11 @@ import {
   eventsWhen,
   http,
   type HttpResult,
-  SERVER_WAIT,
   type ServerProcess,
 } from '../support/serverProcess.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
 import { bashesIn, processes } from '../support/processes.ts';
-import { until } from '../support/until.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // Everything here goes over REST: a WebSocket connection to a conversation whose
 // runtime was lost starts a new runtime by design, and that is not what is tested.

@@ -16,15 +16,13 @@ import {
   connectNats,
   DEFAULT_CHECKPOINT_BUCKET,
   DEFAULT_SECRET_BUCKET,
-  startEmbeddedNats,
   type EmbeddedNats,
   type NatsConnection,
 } from '../../src/store/index.ts';
 import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
-import { natsBinary } from '../support/natsBinary.ts';
-import { http, SERVER_WAIT, type HttpResult, type ServerProcess } from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { http, type HttpResult, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // Time travel and forks over HTTP, against `tether serve` processes on a
 // nats-server of each test's own, which the test also reads directly: the
@@ -43,9 +41,7 @@ let nc: NatsConnection;
 let jsm: JetStreamManager;
 
 beforeEach(async () => {
-  const started = await startEmbeddedNats({ dataDir: await e2e.tempDir(), binary: natsBinary() });
-  e2e.onCleanup(() => started.stop());
-  nats = started;
+  nats = await e2e.nats();
   const connection = await connectNats(nats.url, { name: 'time-travel-test' });
   e2e.onCleanup(() => connection.close());
   nc = connection;

@@ -1,18 +1,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ConversationInfo, LoggedEvent } from '../../protocol/index.ts';
-import { startEmbeddedNats } from '../../src/store/index.ts';
 import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
-import { natsBinary } from '../support/natsBinary.ts';
-import {
-  allEvents,
-  createConversation,
-  eventsWhen,
-  http,
-  SERVER_WAIT,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { until } from '../support/until.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import type { EventFrame, WsClient } from '../support/wsClient.ts';
 
 // Two `tether serve` processes on one nats-server: a client of either sees a
@@ -23,8 +14,7 @@ let a: ServerProcess;
 let b: ServerProcess;
 
 beforeAll(async () => {
-  const nats = await startEmbeddedNats({ dataDir: await e2e.tempDir(), binary: natsBinary() });
-  e2e.onCleanup(() => nats.stop());
+  const nats = await e2e.nats();
   [a, b] = await Promise.all([e2e.start({ env: { NATS_URL: nats.url } }), e2e.start({ env: { NATS_URL: nats.url } })]);
 }, 60_000);
 

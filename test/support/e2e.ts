@@ -3,6 +3,9 @@
 // afterEach hooks); what a beforeAll opens, after the last test.
 import { rm } from 'node:fs/promises';
 import { afterAll, onTestFinished, TestRunner } from 'vitest';
+import { startEmbeddedNats, type EmbeddedNats } from '../../src/store/index.ts';
+import { natsBinary } from './natsBinary.ts';
+import { startNatsCluster, type NatsCluster, type NatsClusterOptions } from './natsCluster.ts';
 import { makeDataDir, startServer, type ServerProcess, type StartServerOptions } from './serverProcess.ts';
 import { WsClient, wsUrlFor, type WsClientOptions } from './wsClient.ts';
 
@@ -19,6 +22,10 @@ export interface ConnectOptions extends WsClientOptions {
 export interface E2e {
   /** Starts `tether serve` (see startServer); stopped at clean-up unless it has ended. */
   start(options?: StartServerOptions): Promise<ServerProcess>;
+  /** A nats-server with JetStream for servers to share (NATS_URL), stopped once they have. */
+  nats(): Promise<EmbeddedNats>;
+  /** A cluster of three nats-servers (see startNatsCluster), stopped once the servers have. */
+  natsCluster(options?: NatsClusterOptions): Promise<NatsCluster>;
   /** A fresh temporary directory (a data dir to start servers on, a shared workspaces dir); removed at clean-up. */
   tempDir(): Promise<string>;
   /** A client on a conversation, once its sync frame arrived; terminated at clean-up. */
@@ -77,6 +84,14 @@ export function useE2e(): E2e {
     opened().sockets.push(client);
     return client;
   };
+  const onCleanup = (cleanup: () => unknown): void => {
+    opened().cleanups.push(cleanup);
+  };
+  const tempDir = async (): Promise<string> => {
+    const dir = await makeDataDir();
+    opened().dirs.push(dir);
+    return dir;
+  };
 
   return {
     async start(options = {}) {
@@ -84,11 +99,17 @@ export function useE2e(): E2e {
       opened().servers.push(server);
       return server;
     },
-    async tempDir() {
-      const dir = await makeDataDir();
-      opened().dirs.push(dir);
-      return dir;
+    async nats() {
+      const nats = await startEmbeddedNats({ dataDir: await tempDir(), binary: natsBinary() });
+      onCleanup(() => nats.stop());
+      return nats;
     },
+    async natsCluster(options) {
+      const cluster = await startNatsCluster(options);
+      onCleanup(() => cluster.stop());
+      return cluster;
+    },
+    tempDir,
     async connect(server, conversationId, { afterSeq, token, ...options } = {}) {
       const url = new URL(wsUrlFor(server.wsUrl, conversationId, afterSeq));
       if (token !== undefined) url.searchParams.set('token', token);
@@ -98,8 +119,6 @@ export function useE2e(): E2e {
       return client;
     },
     open,
-    onCleanup(cleanup) {
-      opened().cleanups.push(cleanup);
-    },
+    onCleanup,
   };
 }

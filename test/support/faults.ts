@@ -3,7 +3,7 @@ import type { AgentState, LoggedEvent } from '../../protocol/index.ts';
 import { allEvents, http, type HttpResult, type ServerExit, type ServerProcess } from './serverProcess.ts';
 import { repliesTo } from './logQueries.ts';
 import { until } from './until.ts';
-import type { WsClient } from './wsClient.ts';
+import type { Frame, WsClient } from './wsClient.ts';
 
 /**
  * Helpers for fault tests: killing the processes, probing readiness, and
@@ -235,7 +235,7 @@ export function crashLogProblems(where: string, log: readonly LoggedEvent[], exp
 export function describeLog(events: readonly LoggedEvent[], max = 60): string {
   const lines = events.map(
     ({ seq, event }) =>
-      `${seq} #${event.id} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
+      `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
   );
   return lines.length > max
     ? [...lines.slice(0, 10), `… ${lines.length - max} more …`, ...lines.slice(-(max - 10))].join('\n')
@@ -259,6 +259,13 @@ export async function inPool<T, R>(
   await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
   return results;
 }
+
+/** The event frame of the user message with this content. */
+export const isUserMessageFrame = (frame: Frame, content: string) =>
+  frame.type === 'event' &&
+  frame.event.source === 'user' &&
+  frame.event.type === 'message' &&
+  frame.event.data.content === content;
 
 /** A ws connection and the cursor it was opened with. */
 export interface Connection {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LoggedEvent } from '../../protocol/index.ts';
-import { until, type UntilOptions } from './until.ts';
+import { SERVER_WAIT, until } from './until.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = join(ROOT, 'bin', 'tether.js');
@@ -251,12 +251,6 @@ export async function postMessage(
   const res = await http(server.baseUrl, 'POST', `/api/conversations/${conversationId}/actions`, action, token);
   if (res.status !== 202) throw new Error(`posting a message to ${conversationId}: ${res.status} ${res.text}`);
 }
-
-/**
- * How a test waits on a server process: asked over HTTP every 50 ms, for up to 30 s, a request
- * that fails counting as "not yet" (`until(check, what, SERVER_WAIT)`).
- */
-export const SERVER_WAIT = { timeoutMs: 30_000, everyMs: 50, retryErrors: true } satisfies UntilOptions;
 
 /** The stored events once `test` holds for them (the events endpoint reads the log; it loads no session). */
 export function eventsWhen(

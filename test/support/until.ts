@@ -8,6 +8,12 @@ export interface UntilOptions {
 }
 
 /**
+ * How a test waits on a server (a process asked over HTTP, a nats-server): every 50 ms, for up
+ * to 30 s, a request that fails counting as "not yet". `until(check, what, SERVER_WAIT)`.
+ */
+export const SERVER_WAIT = { timeoutMs: 30_000, everyMs: 50, retryErrors: true } satisfies UntilOptions;
+
+/**
  * Checks `check` until it gives a value other than `undefined` or `false`, and resolves
  * with that value (`true` for a yes-or-no check). Rejects after the timeout with a message
  * that names `what` (a function is asked for it then, for a message that says what was left).
