@@ -1,6 +1,7 @@
 // The set-up of the end-to-end tests: `const e2e = useE2e()` at the top of a file (or a
-// describe). What a test opens through it is closed once that test is over (after its
-// afterEach hooks); what a beforeAll opens, after the last test.
+// describe). What a test opens through it, in its body or its beforeEach and afterEach
+// hooks, is closed once that test is over (after those hooks); what a beforeAll opens,
+// after the last test.
 import { rm } from 'node:fs/promises';
 import { afterAll, onTestFinished, TestRunner } from 'vitest';
 import { startEmbeddedNats, type EmbeddedNats } from '../../src/store/index.ts';
