@@ -15,9 +15,9 @@ beforeAll(async () => {
   server = await e2e.start();
 }, 60_000);
 
-/** A client once its socket is open (not waiting for the sync frame). */
 const open = (conversationId: string, afterSeq?: number) => e2e.open(wsUrlFor(server.wsUrl, conversationId, afterSeq));
 
+/** A client once its socket is open (not waiting for the sync frame). */
 async function connect(conversationId: string, afterSeq?: number): Promise<WsClient> {
   const client = open(conversationId, afterSeq);
   await client.opened;
