@@ -1,7 +1,7 @@
 // The set-up of the end-to-end tests: `const e2e = useE2e()` at the top of a file (or a
 // describe). What a test opens through it, in its body or its beforeEach and afterEach
-// hooks, is closed once that test is over (after those hooks); what a beforeAll opens,
-// after the last test.
+// hooks, is closed once that test has passed (after those hooks); what a beforeAll or a
+// failed test opened, after the last test.
 import { rm } from 'node:fs/promises';
 import { afterAll, onTestFinished, TestRunner } from 'vitest';
 import { startEmbeddedNats, type EmbeddedNats } from '../../src/store/index.ts';
@@ -44,6 +44,14 @@ class Opened {
   readonly cleanups: Array<() => unknown> = [];
   readonly dirs: string[] = [];
 
+  /** Takes over what `other` opened, to close it with the rest. */
+  adopt(other: Opened): void {
+    this.sockets.push(...other.sockets.splice(0));
+    this.servers.push(...other.servers.splice(0));
+    this.cleanups.push(...other.cleanups.splice(0));
+    this.dirs.push(...other.dirs.splice(0));
+  }
+
   async close(): Promise<void> {
     const failures: unknown[] = [];
     const settle = async (work: Array<Promise<unknown>>) => {
@@ -71,9 +79,12 @@ export function useE2e(): E2e {
     if (!scope) {
       const fresh = new Opened();
       ofTest.set(test, fresh);
-      onTestFinished(() => {
+      onTestFinished(({ task }) => {
         ofTest.delete(test);
-        return fresh.close();
+        // A failed test's onTestFailed hooks run after this one and may read its servers (their stderr): what it
+        // opened stays until the file is done.
+        if (task.result?.state === 'fail') ofFile.adopt(fresh);
+        else return fresh.close();
       }, CLEANUP_TIMEOUT_MS);
       scope = fresh;
     }
