@@ -1,13 +1,14 @@
 // `npm run cluster` (scripts/cluster.js): three nats-servers and three Tether nodes on one machine.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
-import { readFile, rm, stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
-import { freePort, http, makeDataDir } from '../support/serverProcess.ts';
+import { describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
+import { freePort, http } from '../support/serverProcess.ts';
 import { until } from '../support/until.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -23,14 +24,11 @@ interface ClusterRun {
   exited: Promise<number | null>;
 }
 
-const cleanups: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const e2e = useE2e();
 
 /** `node scripts/cluster.js` on a temp data dir, with only the given Tether variables set. */
 async function runCluster(env: Record<string, string>): Promise<ClusterRun & { dataDir: string }> {
-  const dataDir = await makeDataDir();
+  const dataDir = await e2e.tempDir();
   const base = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^(NATS_URL|TETHER_)/.test(key)));
   const child = spawn(process.execPath, [SCRIPT], {
     cwd: ROOT,
@@ -40,11 +38,11 @@ async function runCluster(env: Record<string, string>): Promise<ClusterRun & { d
   let text = '';
   for (const stream of [child.stdout, child.stderr]) stream.on('data', (chunk: Buffer) => (text += chunk.toString()));
   const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
-  cleanups.push(async () => {
+  // Before its data dir is removed.
+  e2e.onCleanup(async () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await exited;
     for (const proc of processesMentioning(dataDir)) process.kill(proc.pid, 'SIGKILL');
-    await rm(dataDir, { recursive: true, force: true });
   });
   return { child, output: () => text, exited, dataDir };
 }
@@ -117,7 +115,9 @@ function printedNodes(output: string): Array<{ name: string; url: string; ws: st
 
 /** Waits for the script to print its three nodes; fails when it exits first. */
 async function untilReady(run: ClusterRun): Promise<void> {
-  await until(() => printedNodes(run.output()).length === 3 || run.child.exitCode !== null, 'the node URLs', 25_000);
+  await until(() => printedNodes(run.output()).length === 3 || run.child.exitCode !== null, 'the node URLs', {
+    timeoutMs: 25_000,
+  });
   expect(run.child.exitCode, run.output()).toBeNull();
 }
 
@@ -195,7 +195,7 @@ describe('npm run cluster', () => {
     const port = await threeFreePorts();
     const taken = createServer();
     await new Promise<void>((done) => taken.listen(port + 2, '127.0.0.1', done));
-    cleanups.push(() => new Promise((done) => taken.close(() => done())));
+    e2e.onCleanup(() => new Promise<void>((done) => taken.close(() => done())));
     const run = await runCluster({ TETHER_PORT: String(port) });
 
     expect(await run.exited).toBe(1);
@@ -225,6 +225,8 @@ describe('npm run cluster', () => {
     run.child.kill('SIGKILL');
     await run.exited;
     // Each child's guard reads end-of-file from the dead script and stops it (a node bounds its own stop at 10 s).
-    await until(() => processesMentioning(run.dataDir).length === 0, 'every process it started to end', 20_000);
+    await until(() => processesMentioning(run.dataDir).length === 0, 'every process it started to end', {
+      timeoutMs: 20_000,
+    });
   }, 45_000);
 });

@@ -1,13 +1,15 @@
 import { SignJWT } from 'jose';
 import { WebSocket } from 'ws';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
+import { http, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
 const ALICE = 'alice-token-0123456789';
 const JWT_SECRET = 'a-jwt-secret-of-at-least-32-characters!!';
 let BOB = '';
 
+const e2e = useE2e();
 let server: ServerProcess;
 
 beforeAll(async () => {
@@ -17,12 +19,8 @@ beforeAll(async () => {
     .setSubject('bob')
     .setExpirationTime('1h')
     .sign(new TextEncoder().encode(JWT_SECRET));
-  server = await startServer({ env: { TETHER_TOKENS: `${ALICE}:alice`, TETHER_JWT_SECRET: JWT_SECRET } });
+  server = await e2e.start({ env: { TETHER_TOKENS: `${ALICE}:alice`, TETHER_JWT_SECRET: JWT_SECRET } });
 }, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-});
 
 async function create(token: string): Promise<string> {
   const res = await http<{ conversation_id: string }>(

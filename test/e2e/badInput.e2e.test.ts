@@ -1,13 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
+import { endsAwaiting } from '../support/logQueries.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
+import { wsUrlFor, type Frame, type WsClient } from '../support/wsClient.ts';
 
 const MAX_FRAME_BYTES = 4096;
 const MAX_BODY_BYTES = 16_384;
@@ -17,38 +13,22 @@ interface ErrorBody {
   error: { code: string; message: string };
 }
 
+const e2e = useE2e();
 let server: ServerProcess;
 let conversationId: string;
-const sockets: WsClient[] = [];
 
 beforeAll(async () => {
-  server = await startServer({
+  server = await e2e.start({
     env: { TETHER_MAX_FRAME_BYTES: String(MAX_FRAME_BYTES), TETHER_MAX_BODY_BYTES: String(MAX_BODY_BYTES) },
   });
   conversationId = await createConversation(server.baseUrl);
   await idle(conversationId);
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await server?.stop();
-});
-
-async function connect(id = conversationId): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
+const connect = (id = conversationId) => e2e.connect(server, id);
 
 /** The stored events once the agent waits for the user. */
-async function idle(id: string) {
-  return eventually(async () => {
-    const events = await allEvents(server.baseUrl, id);
-    const last = events.at(-1)?.event;
-    return last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input' ? events : undefined;
-  }, `conversation ${id} to await user input`);
-}
+const idle = (id: string) => eventsWhen(server, id, `conversation ${id} to await user input`, endsAwaiting, 30_000);
 
 /** Sends something bad; returns the error frame it caused, after checking the connection still answers a ping. */
 async function errorFor(client: WsClient, send: () => void): Promise<ErrorFrame> {
@@ -104,10 +84,14 @@ describe('bad WebSocket frames', () => {
 
     // The same connection still acts: a good message is stored after the bad ones.
     client.sendMessage('a valid message');
-    const after = await eventually(async () => {
-      const events = await allEvents(server.baseUrl, conversationId);
-      return events.length > before.length ? events : undefined;
-    }, 'the valid message to be stored');
+    const after = await until(
+      async () => {
+        const events = await allEvents(server.baseUrl, conversationId);
+        return events.length > before.length && events;
+      },
+      'the valid message to be stored',
+      SERVER_WAIT,
+    );
     expect(after.slice(before.length).find((e) => e.event.source === 'user')?.event).toMatchObject({
       type: 'message',
       data: { content: 'a valid message' },
@@ -133,22 +117,19 @@ describe('bad WebSocket frames', () => {
 
   it('closes a connection to an unknown conversation with code 4004', async () => {
     for (const id of ['no-such-conversation', 'not.a.valid.id']) {
-      const client = WsClient.open(wsUrlFor(server.wsUrl, id));
-      sockets.push(client);
+      const client = e2e.open(wsUrlFor(server.wsUrl, id));
       const closed = await client.closed;
       expect(closed.code, `for ${id}`).toBe(4004);
       expect(client.frames.filter((f) => f.type === 'sync' || f.type === 'event')).toEqual([]);
     }
-    const noId = WsClient.open(server.wsUrl);
-    sockets.push(noId);
+    const noId = e2e.open(server.wsUrl);
     expect((await noId.closed).code).toBe(4004);
   });
 
   it('refuses a cursor that is not a non-negative integer: the connection closes without a sync', async () => {
     for (const cursor of ['abc', '-1', '1.5']) {
       const url = `${wsUrlFor(server.wsUrl, conversationId)}&after_seq=${encodeURIComponent(cursor)}`;
-      const client = WsClient.open(url);
-      sockets.push(client);
+      const client = e2e.open(url);
       const closed = await client.closed;
       expect(closed.code, `after_seq=${cursor}`).toBeGreaterThanOrEqual(4000);
       expect(closed.code, `after_seq=${cursor}`).toBeLessThan(5000);
@@ -160,8 +141,7 @@ describe('bad WebSocket frames', () => {
   });
 
   it('refuses the WebSocket handshake on a path other than /ws', async () => {
-    const client = WsClient.open(server.wsUrl.replace(/\/ws$/, '/socket'));
-    sockets.push(client);
+    const client = e2e.open(server.wsUrl.replace(/\/ws$/, '/socket'));
     await expect(client.opened).rejects.toThrow(/404/);
   });
 
@@ -171,10 +151,14 @@ describe('bad WebSocket frames', () => {
 
     const small = 's'.repeat(MAX_FRAME_BYTES - 200);
     client.sendMessage(small);
-    const withSmall = await eventually(async () => {
-      const events = await allEvents(server.baseUrl, conversationId);
-      return events.length > before.length ? events : undefined;
-    }, 'the message under the limit to be stored');
+    const withSmall = await until(
+      async () => {
+        const events = await allEvents(server.baseUrl, conversationId);
+        return events.length > before.length && events;
+      },
+      'the message under the limit to be stored',
+      SERVER_WAIT,
+    );
     expect(withSmall.some((e) => e.event.type === 'message' && e.event.data.content === small)).toBe(true);
     const settled = await idle(conversationId);
 

@@ -1,24 +1,23 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConversationInfo, EventOf, LoggedEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
 import { bashesIn } from '../support/processes.ts';
 import {
   allEvents,
   createConversation,
   eventsWhen,
-  eventually,
   http,
-  makeDataDir,
   postMessage,
   type ServerProcess,
   startServer,
 } from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type EventFrame } from '../support/wsClient.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
+import type { EventFrame } from '../support/wsClient.ts';
 
 // Three `tether serve` processes on a 3-node NATS cluster: one owner per
 // conversation, any node serving any client, failover by heartbeat.
@@ -29,11 +28,15 @@ const SECRET = 'tok-Cl9x-cluster-secret-value';
 const NODES = ['n1', 'n2', 'n3'] as const;
 type NodeName = (typeof NODES)[number];
 
+const e2e = useE2e();
 let nats: NatsCluster;
 let workspaces: string;
 const dataDirs = new Map<NodeName, string>();
+/**
+ * The nodes live for the whole file: one that a test stopped is started again after that test
+ * (with startServer: the fixture would stop a server started in a test's hook with that test).
+ */
 const nodes = new Map<NodeName, ServerProcess>();
-const sockets: WsClient[] = [];
 
 async function startNode(name: NodeName): Promise<ServerProcess> {
   const server = await startServer({
@@ -55,14 +58,14 @@ async function startNode(name: NodeName): Promise<ServerProcess> {
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-  workspaces = await mkdtemp(join(tmpdir(), 'tether-cluster-ws-'));
-  for (const name of NODES) dataDirs.set(name, await makeDataDir());
+  nats = await e2e.natsCluster();
+  workspaces = await e2e.tempDir();
+  for (const name of NODES) dataDirs.set(name, await e2e.tempDir());
+  e2e.onCleanup(() => Promise.all([...nodes.values()].map((s) => s.stop())));
   await Promise.all(NODES.map((name) => startNode(name)));
 }, 90_000);
 
 afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
   // A test that stopped a node starts it again: every test begins with three.
   for (const name of NODES) {
     const server = nodes.get(name)!;
@@ -70,23 +73,11 @@ afterEach(async () => {
   }
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await Promise.all([...nodes.values()].map((s) => s.stop()));
-  await nats?.stop();
-  await Promise.all([...dataDirs.values(), workspaces].map((d) => rm(d, { recursive: true, force: true })));
-}, 60_000);
-
 async function hasExited(server: ServerProcess): Promise<boolean> {
   return Promise.race([server.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10))]);
 }
 
-async function listen(server: ServerProcess, id: string, afterSeq?: number): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id, afterSeq));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
+const listen = (server: ServerProcess, id: string, afterSeq?: number) => e2e.connect(server, id, { afterSeq });
 
 async function readyConversation(server: ServerProcess): Promise<string> {
   const id = await createConversation(server.baseUrl);
@@ -117,10 +108,11 @@ async function holders(id: string): Promise<NodeName[]> {
 
 /** The command's mark in the shared workspace: it started. */
 async function untilMarked(id: string, mark: string): Promise<void> {
-  await eventually(
+  await until(
     async () =>
       (await readFile(join(workspaces, id, 'marks.txt'), 'utf8').catch(() => '')).includes(mark) ? true : undefined,
     `the command of ${id} to start`,
+    SERVER_WAIT,
   );
 }
 
@@ -183,21 +175,25 @@ describe('a Tether cluster of three nodes', () => {
     await after.waitUntil(() => after.lastSeq() >= log.at(-1)!.seq, { what: 'every event on n2' });
     expect([...before.events(), ...after.events()].map(asLogged)).toEqual(log);
     expect(bashesIn(join(workspaces, id))).toEqual([]);
-    const held = await eventually(async () => {
-      const found = (
-        await Promise.all(
-          ['n2', 'n3'].map(async (name) => {
-            const info = await http<ConversationInfo>(
-              node(name as NodeName).baseUrl,
-              'GET',
-              `/api/conversations/${id}`,
-            );
-            return info.body.in_memory ? name : null;
-          }),
-        )
-      ).filter((n) => n !== null);
-      return found.length > 0 ? found : undefined;
-    }, 'a survivor holds it');
+    const held = await until(
+      async () => {
+        const found = (
+          await Promise.all(
+            ['n2', 'n3'].map(async (name) => {
+              const info = await http<ConversationInfo>(
+                node(name as NodeName).baseUrl,
+                'GET',
+                `/api/conversations/${id}`,
+              );
+              return info.body.in_memory ? name : null;
+            }),
+          )
+        ).filter((n) => n !== null);
+        return found.length > 0 ? found : undefined;
+      },
+      'a survivor holds it',
+      SERVER_WAIT,
+    );
     expect(held).toHaveLength(1);
   });
 
@@ -210,10 +206,10 @@ describe('a Tether cluster of three nodes', () => {
     node('n2').kill('SIGSTOP');
     const stoppedAt = Date.now();
     try {
-      const goneAt = await eventually(
+      const goneAt = await until(
         async () => (bashesIn(workspace).length === 0 ? Date.now() : undefined),
         "the frozen node's shell to die",
-        10_000,
+        { ...SERVER_WAIT, timeoutMs: 10_000 },
       );
       expect(goneAt - stoppedAt).toBeLessThan(LEASE_MS * 1.5);
       // An action through n3 is answered meanwhile: n3 (or n1) takes the conversation over.

@@ -1,9 +1,6 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
-import { connectNats, kvClusterStore, type KvClusterStore, type NatsConnection } from '../../src/store/index.ts';
+import { connectNats, kvClusterStore, type KvClusterStore } from '../../src/store/index.ts';
 import {
   crashLogProblems,
   deliveryProblem,
@@ -16,19 +13,11 @@ import {
   type MessageAck,
   type SentMessage,
 } from '../support/faults.ts';
+import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  makeDataDir,
-  startServer,
-  type ServerExit,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
+import { allEvents, createConversation, http, type ServerExit, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // The kill loop of killLoop.e2e.test.ts on a cluster: three `tether serve` on a
 // 3-node NATS cluster, one of them killed -9 in each round while 50
@@ -97,18 +86,17 @@ interface RoundFigures {
   stored_events: number;
 }
 
+const e2e = useE2e();
 let nats: NatsCluster;
 let workspaces: string;
-let nc: NatsConnection;
 let cluster: KvClusterStore;
 const dataDirs = new Map<NodeName, string>();
 const nodes = new Map<NodeName, ServerProcess>();
 /** Every process each node ran, the killed ones too, for their stderr when the test fails. */
 const history: Array<{ name: NodeName; server: ServerProcess }> = [];
-const sockets: WsClient[] = [];
 
 async function startNode(name: NodeName): Promise<ServerProcess> {
-  const server = await startServer({
+  const server = await e2e.start({
     dataDir: dataDirs.get(name)!,
     env: { ...ENV, NATS_URL: nats.url, TETHER_NODE_ID: name, TETHER_WORKSPACES_DIR: workspaces },
   });
@@ -120,22 +108,15 @@ async function startNode(name: NodeName): Promise<ServerProcess> {
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-  workspaces = await mkdtemp(join(tmpdir(), 'tether-cluster-ws-'));
-  for (const name of NODES) dataDirs.set(name, await makeDataDir());
+  nats = await e2e.natsCluster();
+  workspaces = await e2e.tempDir();
+  for (const name of NODES) dataDirs.set(name, await e2e.tempDir());
   await Promise.all(NODES.map((name) => startNode(name)));
   // The owner records, read the way the nodes read them (from the stream leader).
-  nc = await connectNats(nats.url, { name: 'cluster-kill-loop-test' });
+  const nc = await connectNats(nats.url, { name: 'cluster-kill-loop-test' });
+  e2e.onCleanup(() => nc.close());
   cluster = await kvClusterStore(nc, { leaseMs: LEASE_MS });
 }, 90_000);
-
-afterAll(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all([...nodes.values()].map((s) => s.stop()));
-  await nc?.close();
-  await nats?.stop();
-  await Promise.all([...dataDirs.values(), workspaces].map((d) => rm(d, { recursive: true, force: true })));
-}, 60_000);
 
 /**
  * A fixed pseudo-random number from the round and an index: the same on every
@@ -171,9 +152,7 @@ async function openWatchers(ids: readonly string[], round: number, cursors: Read
   return inPool(ids, CONCURRENCY, async (id, c) => {
     const name = NODES[(c + round) % NODES.length]!;
     const afterSeq = cursors.get(id)?.at(-1)?.seq ?? 0;
-    const ws = await WsClient.connect(wsUrlFor(node(name).wsUrl, id, afterSeq));
-    sockets.push(ws);
-    await ws.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
+    const ws = await e2e.connect(node(name), id, { afterSeq });
     return { id, name, connection: { ws, afterSeq } satisfies Connection };
   });
 }
@@ -204,10 +183,10 @@ describe('kill -9 of one node of three, again and again, while 50 conversations 
       expect(await wave.killed).toMatchObject({ signal: 'SIGKILL' });
       await Promise.all(watchers.filter((w) => w.name === victim).map((w) => w.connection.ws.closed));
       if (!atOnce) {
-        await eventually(
+        await until(
           async () => ((await cluster.alive(victim)) ? undefined : true),
           `the heartbeat of ${victim} to age out`,
-          10_000,
+          { ...SERVER_WAIT, timeoutMs: 10_000 },
         );
       }
       const restartMs = await (wave.restarted ?? restart(victim, up));
@@ -244,7 +223,7 @@ describe('kill -9 of one node of three, again and again, while 50 conversations 
       const ownersAfter = await owners(ids);
       problems.push(...(await holderProblems(ids, ownersAfter, round)));
       expect(problems).toEqual([]);
-      await Promise.all(sockets.splice(0).map((s) => s.terminate()));
+      await Promise.all(watchers.map((w) => w.connection.ws.terminate()));
 
       const retriedFoundStored = retried.filter((r) => r.ack.duplicate).length;
       figures.push({
@@ -412,28 +391,33 @@ async function untilAnswered(
   up: ReadonlySet<NodeName>,
   round: number,
 ): Promise<Map<string, LoggedEvent[]>> {
-  const deadline = Date.now() + ANSWER_TIMEOUT_MS;
   const logs = new Map<string, LoggedEvent[]>();
   let waiting = [...probes];
-  for (let pass = 0; waiting.length > 0 && Date.now() < deadline; pass++) {
-    const read = await inPool(waiting, CONCURRENCY, (p, i) =>
-      allEvents(node(pickNode(up, mix(round, 4_000 + i, pass))).baseUrl, p.id),
-    );
-    waiting.forEach((p, i) => logs.set(p.id, read[i]!));
-    waiting = waiting.filter((p) => {
-      const log = logs.get(p.id)!;
-      const probe = log.find((e) => e.seq === p.seq);
-      const answered = log.some(
-        (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === probe?.event.id,
+  let pass = 0;
+  const late = () =>
+    waiting
+      .map((p) => `${p.id} (message at seq ${p.seq}):\n${describeLog((logs.get(p.id) ?? []).slice(-15))}`)
+      .join('\n');
+  await until(
+    async () => {
+      const read = await inPool(waiting, CONCURRENCY, (p, i) =>
+        allEvents(node(pickNode(up, mix(round, 4_000 + i, pass))).baseUrl, p.id),
       );
-      return !(probe && answered && endsAwaiting(log));
-    });
-    if (waiting.length > 0) await sleep(200);
-  }
-  const late = waiting.map(
-    (p) => `${p.id} (message at seq ${p.seq}):\n${describeLog((logs.get(p.id) ?? []).slice(-15))}`,
+      pass += 1;
+      waiting.forEach((p, i) => logs.set(p.id, read[i]!));
+      waiting = waiting.filter((p) => {
+        const log = logs.get(p.id)!;
+        const probe = log.find((e) => e.seq === p.seq);
+        const answered = log.some(
+          (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === probe?.event.id,
+        );
+        return !(probe && answered && endsAwaiting(log));
+      });
+      return waiting.length === 0;
+    },
+    () => `round ${round}: the new messages to be answered; not answered:\n${late()}`,
+    { timeoutMs: ANSWER_TIMEOUT_MS, everyMs: 200 },
   );
-  expect(late, `round ${round}: new messages not answered within ${ANSWER_TIMEOUT_MS} ms`).toEqual([]);
   return logs;
 }
 

@@ -1,12 +1,10 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { ClusterView, ConversationInfo, ConversationOwner } from '../../protocol/index.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
+import { useE2e } from '../support/e2e.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
-import { eventually, http, postMessage, startServer, type ServerProcess } from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+import { http, postMessage, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // Two `tether serve` nodes with public URLs on a 3-node NATS cluster (replicas 3):
 // what an operator reads of the cluster, its metrics, and the per-user cap across nodes.
@@ -14,14 +12,14 @@ const LEASE_MS = 1_000;
 const ALICE = 'tok-alice';
 const BOB = 'tok-bob';
 
+const e2e = useE2e();
 let nats: NatsCluster;
 let workspaces: string;
 let a: ServerProcess;
 let b: ServerProcess;
-const sockets: WsClient[] = [];
 
 async function startNode(name: string): Promise<ServerProcess> {
-  return startServer({
+  return e2e.start({
     env: {
       NATS_URL: nats.url,
       TETHER_REPLICAS: '3',
@@ -38,23 +36,16 @@ async function startNode(name: string): Promise<ServerProcess> {
 }
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-  workspaces = await mkdtemp(join(tmpdir(), 'tether-ops-ws-'));
+  nats = await e2e.natsCluster();
+  workspaces = await e2e.tempDir();
   [a, b] = await Promise.all([startNode('node-a'), startNode('node-b')]);
 }, 90_000);
-
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await Promise.all([a?.stop(), b?.stop()]);
-  await nats?.stop();
-  await rm(workspaces, { recursive: true, force: true });
-}, 60_000);
 
 async function create(server: ServerProcess, token: string): Promise<string> {
   const res = await http<{ conversation_id: string }>(server.baseUrl, 'POST', '/api/conversations', {}, token);
   expect(res.status, res.text).toBe(201);
   const id = res.body.conversation_id;
-  await eventually(async () => (endsAwaiting(await allEventsAs(server, id, token)) ? true : undefined), `${id} ready`);
+  await until(async () => endsAwaiting(await allEventsAs(server, id, token)), `${id} ready`, SERVER_WAIT);
   return id;
 }
 
@@ -121,17 +112,16 @@ describe('operating a cluster', () => {
       400,
     );
 
-    const client = await WsClient.connect(`${wsUrlFor(b.wsUrl, id)}&token=${ALICE}`);
-    sockets.push(client);
-    await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
+    const client = await e2e.connect(b, id, { token: ALICE });
     expect(await metric(b, 'tether_connections')).toBe(1);
     // Through the node that does not own it: forwarded to node-a, which appends and answers.
     const appendsBeforeMessage = await metric(a, 'tether_appends_total', '{result="ok"}');
     await postMessage(b, id, 'hello', ALICE);
     expect(await metric(b, 'tether_forwarded_actions_total')).toBe(forwardedBefore + 1);
-    await eventually(
+    await until(
       async () => (repliesTo(await allEventsAs(a, id, ALICE), 'hello').length > 0 ? true : undefined),
       'the forwarded message answered',
+      SERVER_WAIT,
     );
     // The user message, the state facts and the reply: each one append on node-a, none on node-b.
     expect(await metric(a, 'tether_appends_total', '{result="ok"}')).toBeGreaterThanOrEqual(appendsBeforeMessage + 3);
@@ -149,15 +139,20 @@ describe('operating a cluster', () => {
     const first = await create(a, BOB);
     const second = await create(b, BOB);
     await postMessage(a, first, 'first', BOB);
-    await eventually(
+    await until(
       async () => (stateOf(await allEventsAs(a, first, BOB)) === 'running' ? true : undefined),
       `${first} running`,
+      SERVER_WAIT,
     );
     await postMessage(b, second, 'second', BOB);
-    const events = await eventually(async () => {
-      const all = await allEventsAs(b, first, BOB);
-      return all.some((e) => e.event.type === 'session_passivated') ? all : undefined;
-    }, `${first} to leave node-a`);
+    const events = await until(
+      async () => {
+        const all = await allEventsAs(b, first, BOB);
+        return all.some((e) => e.event.type === 'session_passivated') ? all : undefined;
+      },
+      `${first} to leave node-a`,
+      SERVER_WAIT,
+    );
     expect(events.find((e) => e.event.type === 'session_passivated')?.event).toMatchObject({
       data: { reason: 'too_many_running' },
     });

@@ -1,20 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { connectNats } from '../../src/store/natsConnection.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
-import { startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { useE2e } from '../support/e2e.ts';
+import type { NatsCluster } from '../support/natsCluster.ts';
 
+const e2e = useE2e();
 let nats: NatsCluster;
-let node: ServerProcess | undefined;
 
 beforeAll(async () => {
-  nats = await startNatsCluster();
-});
-
-afterAll(async () => {
-  await node?.stop();
-  await nats?.stop();
+  nats = await e2e.natsCluster();
 });
 
 describe('a node started beside a NATS cluster that is still forming', () => {
@@ -24,11 +19,11 @@ describe('a node started beside a NATS cluster that is still forming', () => {
     await nats.kill(third!);
     // One server of three: no JetStream leader, no room for three replicas. The node must wait, not exit,
     // past the 5 s a JetStream request waits for its answer (so at least one attempt fails and is made again).
-    const starting = startServer({ env: { NATS_URL: nats.url, TETHER_REPLICAS: '3', TETHER_LEASE_MS: '1000' } });
+    const starting = e2e.start({ env: { NATS_URL: nats.url, TETHER_REPLICAS: '3', TETHER_LEASE_MS: '1000' } });
     const early = await Promise.race([starting.then(() => 'started' as const), sleep(6_500).then(() => 'waiting')]);
     expect(early).toBe('waiting');
     await Promise.all([nats.restart(second!), nats.restart(third!)]);
-    node = await starting;
+    const node = await starting;
     expect(node.stderr()).toContain('waiting for JetStream');
 
     const nc = await connectNats(nats.url, { name: 'cluster-start-test' });

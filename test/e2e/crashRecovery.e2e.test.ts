@@ -1,43 +1,24 @@
-import { readFile, rm } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ConversationInfo } from '../../protocol/index.ts';
 import { type EventOf, type LoggedEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import {
   allEvents,
   createConversation,
   eventsWhen,
-  eventually,
   http,
-  makeDataDir,
   postMessage,
   type ServerProcess,
-  startServer,
 } from '../support/serverProcess.ts';
-import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
-import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+import { endsAwaiting, expectDenseIds, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
+import { describeLog } from '../support/faults.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
-const servers: ServerProcess[] = [];
-const dataDirs: string[] = [];
-const sockets: WsClient[] = [];
+const e2e = useE2e();
 
-afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-  await Promise.all(dataDirs.splice(0).map((d) => rm(d, { recursive: true, force: true })));
-});
-
-async function start(dataDir: string, env: Record<string, string> = {}): Promise<ServerProcess> {
-  const server = await startServer({ dataDir, env });
-  servers.push(server);
-  return server;
-}
-
-async function freshDataDir(): Promise<string> {
-  const dataDir = await makeDataDir();
-  dataDirs.push(dataDir);
-  return dataDir;
-}
+const start = (dataDir: string, env: Record<string, string> = {}) => e2e.start({ dataDir, env });
 
 async function killHard(server: ServerProcess): Promise<void> {
   server.kill('SIGKILL');
@@ -52,13 +33,6 @@ async function readyConversation(server: ServerProcess): Promise<string> {
   const id = await createConversation(server.baseUrl);
   await eventsWhen(server, id, `${id} ready`, endsAwaiting);
   return id;
-}
-
-async function connect(server: ServerProcess, id: string): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
 }
 
 /** GET /api/conversations, which reports `in_memory` without loading any session. */
@@ -78,13 +52,13 @@ async function inMemory(server: ServerProcess): Promise<Map<string, boolean>> {
  * no request about any of them was made before it.
  */
 async function untilRecoveredUnasked(server: ServerProcess, ids: readonly string[]): Promise<number> {
-  await eventually(
+  await until(
     async () => {
       const listed = await inMemory(server);
-      return ids.every((id) => listed.get(id) === true) ? true : undefined;
+      return ids.every((id) => listed.get(id) === true);
     },
     'the restarted server to bring the conversations back by itself',
-    30_000,
+    SERVER_WAIT,
   );
   return Date.now();
 }
@@ -92,20 +66,6 @@ async function untilRecoveredUnasked(server: ServerProcess, ids: readonly string
 type Output = LoggedEvent & { event: EventOf<'command_output'> };
 const outputsOf = (events: readonly LoggedEvent[]): Output[] =>
   events.filter((e): e is Output => e.event.type === 'command_output');
-
-function describeLog(events: readonly LoggedEvent[]): string {
-  return events
-    .map(
-      ({ seq, event }) =>
-        `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
-    )
-    .join('\n');
-}
-
-function expectDenseIds(events: readonly LoggedEvent[]): void {
-  expect(events.map((e) => e.event.id)).toEqual(events.map((_, i) => i));
-  expect(events.every((e, i) => i === 0 || e.seq > events[i - 1]!.seq)).toBe(true);
-}
 
 /**
  * The log of a conversation brought back after a crash: the old events
@@ -149,10 +109,7 @@ async function untilCommandRuns(
   id: string,
   mark: string,
 ): Promise<LoggedEvent[]> {
-  await eventually(
-    async () => ((await markerOf(dataDir, id)) === `${mark}\n` ? true : undefined),
-    `the command of ${id} to start`,
-  );
+  await until(async () => (await markerOf(dataDir, id)) === `${mark}\n`, `the command of ${id} to start`, SERVER_WAIT);
   const events = await allEvents(server.baseUrl, id);
   expect(events.filter((e) => e.event.source === 'agent' && e.event.type === 'command')).toHaveLength(1);
   expect(outputsOf(events)).toEqual([]);
@@ -181,10 +138,10 @@ function expectInterruptedOnce(before: readonly LoggedEvent[], after: readonly L
 
 describe('crash recovery: a conversation that was mid-task when the server was killed finishes by itself', () => {
   it('retries the pending agent step after a kill -9, with no client asking, and ends awaiting the user', async () => {
-    const dataDir = await freshDataDir();
+    const dataDir = await e2e.tempDir();
     const first = await start(dataDir, { TETHER_AGENT_DELAY_MS: '5000' });
     const id = await readyConversation(first);
-    const client = await connect(first, id);
+    const client = await e2e.connect(first, id);
     client.sendMessage('think hard');
     await client.waitFor(
       (f) => f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === 'running',
@@ -215,7 +172,7 @@ describe('crash recovery: a conversation that was mid-task when the server was k
   }, 90_000);
 
   it('reports a command cut by a kill -9 as interrupted exactly once, never runs it again, and lets the agent summarise it', async () => {
-    const dataDir = await freshDataDir();
+    const dataDir = await e2e.tempDir();
     const first = await start(dataDir);
     const id = await readyConversation(first);
     await postMessage(first, id, '!echo ran >> marks.txt; sleep 30');
@@ -237,7 +194,7 @@ describe('crash recovery: a conversation that was mid-task when the server was k
   }, 90_000);
 
   it('does not let a command reported as interrupted by a kill -9 go on running in the workspace afterwards', async () => {
-    const dataDir = await freshDataDir();
+    const dataDir = await e2e.tempDir();
     const first = await start(dataDir);
     const id = await readyConversation(first);
     const restOfCommandMs = 4_000;
@@ -267,7 +224,7 @@ describe('crash recovery: a conversation that was mid-task when the server was k
   }, 90_000);
 
   it('brings back every conversation that was mid-task, agent steps and commands alike, and each one finishes', async () => {
-    const dataDir = await freshDataDir();
+    const dataDir = await e2e.tempDir();
     // Five running at once for one user: raise the per-user cap so none is sent away for that.
     const env = { TETHER_MAX_RUNNING_PER_USER: '5' };
     const first = await start(dataDir, { ...env, TETHER_AGENT_DELAY_MS: '4000' });

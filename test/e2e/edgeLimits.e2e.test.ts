@@ -1,12 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { allEvents, createConversation, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { useE2e } from '../support/e2e.ts';
+import { allEvents, createConversation, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
+const e2e = useE2e();
 let server: ServerProcess;
 
 beforeAll(async () => {
-  server = await startServer({
+  server = await e2e.start({
     env: {
       TETHER_WS_FRAMES_PER_SECOND: '5',
       TETHER_WS_FRAME_BURST: '10',
@@ -15,10 +17,6 @@ beforeAll(async () => {
     },
   });
 }, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-});
 
 describe('connection limits', () => {
   it('answers frames over the rate with error frames, stores none of them, and closes a client that keeps going', async () => {

@@ -1,15 +1,10 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AgentState, type LoggedEvent } from '../../protocol/index.ts';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { AgentState } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
+import { endsAwaiting } from '../support/logQueries.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { wsUrlFor, type Frame, type WsClient } from '../support/wsClient.ts';
 
 // Reproducible: the whole corpus follows from this seed (override with TETHER_FUZZ_SEED).
 const SEED = Number(process.env.TETHER_FUZZ_SEED ?? 20_260_611);
@@ -35,12 +30,14 @@ interface FuzzFrame {
   binary?: Uint8Array;
 }
 
+const e2e = useE2e();
 let server: ServerProcess;
 let conversationId: string;
-const sockets: WsClient[] = [];
+/** The connections that take the fuzz, opened for the whole file: a later test goes on with one of them. */
+let fuzzed: WsClient[];
 
 beforeAll(async () => {
-  server = await startServer({
+  server = await e2e.start({
     env: {
       // Rate limiting would answer RATE_LIMITED instead of letting the parser see the frame.
       TETHER_WS_FRAMES_PER_SECOND: '100000',
@@ -50,30 +47,18 @@ beforeAll(async () => {
   });
   conversationId = await createConversation(server.baseUrl);
   await idle(conversationId);
+  fuzzed = await Promise.all(Array.from({ length: CONNECTIONS }, () => connect()));
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await server?.stop();
-});
-
-async function connect(id = conversationId): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
+async function connect(): Promise<WsClient> {
+  const client = await e2e.connect(server, conversationId);
   // The history is sent before the first frame is answered: after a round trip it is all here.
   await client.roundTrip();
   return client;
 }
 
 /** The stored events once the agent waits for the user. */
-async function idle(id: string): Promise<LoggedEvent[]> {
-  return eventually(async () => {
-    const events = await allEvents(server.baseUrl, id);
-    const last = events.at(-1)?.event;
-    return last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input' ? events : undefined;
-  }, `conversation ${id} to await user input`);
-}
+const idle = (id: string) => eventsWhen(server, id, `conversation ${id} to await user input`, endsAwaiting, 30_000);
 
 // ---------------------------------------------------------------------------
 // The corpus. Every frame is bad by construction; the code the server owes it
@@ -526,7 +511,7 @@ describe('a fuzzed WebSocket peer', () => {
   it(`gets exactly one error frame, in order and with the documented code, for each of ${FRAMES} bad frames, and nothing is stored`, async () => {
     console.log(`fuzz seed ${SEED} (rerun with TETHER_FUZZ_SEED=${SEED})`);
     const before = await idle(conversationId);
-    const clients = await Promise.all(Array.from({ length: CONNECTIONS }, () => connect()));
+    const clients = fuzzed;
 
     const started = Date.now();
     const tallies = await Promise.all(clients.map((client, i) => fuzzConnection(client, i)));
@@ -574,7 +559,7 @@ describe('a fuzzed WebSocket peer', () => {
 
     const before = await idle(conversationId);
     // One of the connections that took the fuzz, not a fresh one.
-    const client = sockets[0]!;
+    const client = fuzzed[0]!;
     expect(client.isOpen).toBe(true);
     const from = client.frames.length;
     client.sendMessage('a valid message after the fuzz', 'after-fuzz-1');
@@ -603,8 +588,7 @@ describe('a fuzzed WebSocket peer', () => {
 
   it('refuses a cursor that is a huge, negative-zero or exponent number with close 4000 and no sync', async () => {
     for (const cursor of ['1e308', '-0', '18446744073709551616', '9007199254740993', '1e3', '0x10', ' 1', '1\u0000']) {
-      const client = WsClient.open(`${wsUrlFor(server.wsUrl, conversationId)}&after_seq=${encodeURIComponent(cursor)}`);
-      sockets.push(client);
+      const client = e2e.open(`${wsUrlFor(server.wsUrl, conversationId)}&after_seq=${encodeURIComponent(cursor)}`);
       const closed = await client.closed;
       expect(closed.code, `after_seq=${JSON.stringify(cursor)}`).toBe(4000);
       expect(client.frames, `after_seq=${JSON.stringify(cursor)}`).toEqual([]);

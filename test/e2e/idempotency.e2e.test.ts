@@ -1,34 +1,22 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import type { WsClient } from '../support/wsClient.ts';
-import { connectSynced } from '../support/wsClient.ts';
+import { useE2e } from '../support/e2e.ts';
+import { endsAwaiting } from '../support/logQueries.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
 
 interface ActResult {
   seq: number;
   duplicate: boolean;
 }
 
+const e2e = useE2e();
 let server: ServerProcess;
-const sockets: WsClient[] = [];
 
 beforeAll(async () => {
-  server = await startServer();
+  server = await e2e.start();
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await server?.stop();
-});
-
-const connect = (id: string, afterSeq?: number) => connectSynced(server.wsUrl, sockets, id, afterSeq);
+const connect = (id: string, afterSeq?: number) => e2e.connect(server, id, { afterSeq });
 
 function post(id: string, body: unknown) {
   return http<ActResult>(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, body);
@@ -36,11 +24,7 @@ function post(id: string, body: unknown) {
 
 async function idleConversation(): Promise<{ id: string; events: LoggedEvent[] }> {
   const id = await createConversation(server.baseUrl);
-  const events = await eventually(async () => {
-    const all = await allEvents(server.baseUrl, id);
-    const last = all.at(-1)?.event;
-    return last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input' ? all : undefined;
-  }, 'the new conversation to await user input');
+  const events = await eventsWhen(server, id, 'the new conversation to await user input', endsAwaiting, 30_000);
   return { id, events };
 }
 

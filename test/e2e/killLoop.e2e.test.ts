@@ -1,6 +1,6 @@
-import { rm } from 'node:fs/promises';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import {
   crashLogProblems,
   describeLog,
@@ -11,15 +11,8 @@ import {
   type MessageAck,
   type SentMessage,
 } from '../support/faults.ts';
-import {
-  allEvents,
-  createConversation,
-  http,
-  makeDataDir,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+import { allEvents, createConversation, http, type ServerProcess } from '../support/serverProcess.ts';
+import { until } from '../support/until.ts';
 
 const ROUNDS = 10;
 const CONVERSATIONS = 50;
@@ -57,21 +50,8 @@ interface RoundFigures {
   stored_events: number;
 }
 
-const servers: ServerProcess[] = [];
-const sockets: WsClient[] = [];
-const dataDirs: string[] = [];
-
-afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-  await Promise.all(dataDirs.splice(0).map((d) => rm(d, { recursive: true, force: true })));
-});
-
-async function start(dataDir: string): Promise<ServerProcess> {
-  const server = await startServer({ dataDir, env: ENV });
-  servers.push(server);
-  return server;
-}
+const e2e = useE2e();
+const start = (dataDir: string) => e2e.start({ dataDir, env: ENV });
 
 /** POST a message action; null when no answer came (the server died under it). */
 const post = (server: ServerProcess, sent: SentMessage) => postMessage(server.baseUrl, sent);
@@ -79,8 +59,7 @@ const post = (server: ServerProcess, sent: SentMessage) => postMessage(server.ba
 describe('kill -9 of the server, again and again, while 50 conversations are busy', () => {
   it('keeps every acknowledged message exactly once, keeps ids dense and brings every conversation back after each of ten kills', async (ctx) => {
     const startedAt = Date.now();
-    const dataDir = await makeDataDir();
-    dataDirs.push(dataDir);
+    const dataDir = await e2e.tempDir();
     let server = await start(dataDir);
     ctx.onTestFailed(() => console.log(`last tether's stderr (tail):\n${server.stderr().slice(-6_000)}`));
 
@@ -109,9 +88,7 @@ describe('kill -9 of the server, again and again, while 50 conversations are bus
       const killAfter = killAfterAcks(round);
       // A ws client watches every conversation from its current end: every event frame it gets was acknowledged by the log.
       const watchers = await inPool(ids, CONCURRENCY, async (id) => {
-        const ws = await WsClient.connect(wsUrlFor(server.wsUrl, id, previousLogs.get(id)?.at(-1)?.seq ?? 0));
-        sockets.push(ws);
-        await ws.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
+        const ws = await e2e.connect(server, id, { afterSeq: previousLogs.get(id)?.at(-1)?.seq ?? 0 });
         return { id, ws };
       });
       let acks = 0;
@@ -253,25 +230,28 @@ async function untilAnswered(
   probes: ReadonlyArray<{ id: string; seq: number }>,
   round: number,
 ): Promise<Map<string, LoggedEvent[]>> {
-  const deadline = Date.now() + ANSWER_TIMEOUT_MS;
   const logs = new Map<string, LoggedEvent[]>();
   let waiting = [...probes];
-  while (waiting.length > 0 && Date.now() < deadline) {
-    const read = await inPool(waiting, CONCURRENCY, (p) => allEvents(server.baseUrl, p.id));
-    waiting.forEach((p, i) => logs.set(p.id, read[i]!));
-    waiting = waiting.filter((p) => {
-      const log = logs.get(p.id)!;
-      const probe = log.find((e) => e.seq === p.seq);
-      return !(
-        probe &&
-        log.some((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === probe.event.id)
-      );
-    });
-    if (waiting.length > 0) await sleep(200);
-  }
-  const late = waiting.map(
-    (p) => `${p.id} (message at seq ${p.seq}):\n${describeLog((logs.get(p.id) ?? []).slice(-15))}`,
+  const late = () =>
+    waiting
+      .map((p) => `${p.id} (message at seq ${p.seq}):\n${describeLog((logs.get(p.id) ?? []).slice(-15))}`)
+      .join('\n');
+  await until(
+    async () => {
+      const read = await inPool(waiting, CONCURRENCY, (p) => allEvents(server.baseUrl, p.id));
+      waiting.forEach((p, i) => logs.set(p.id, read[i]!));
+      waiting = waiting.filter((p) => {
+        const log = logs.get(p.id)!;
+        const probe = log.find((e) => e.seq === p.seq);
+        return !(
+          probe &&
+          log.some((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.cause === probe.event.id)
+        );
+      });
+      return waiting.length === 0;
+    },
+    () => `round ${round}: the new messages to be answered; not answered:\n${late()}`,
+    { timeoutMs: ANSWER_TIMEOUT_MS, everyMs: 200 },
   );
-  expect(late, `round ${round}: new messages not answered within ${ANSWER_TIMEOUT_MS} ms`).toEqual([]);
   return logs;
 }

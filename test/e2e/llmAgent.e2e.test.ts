@@ -1,20 +1,23 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import { failure, startFakeLlmServer, text, toolCall, type FakeLlmServer } from '../support/fakeLlmServer.ts';
-import { allEvents, eventually, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
 const KEY = 'sk-test-e2e-DO-NOT-LEAK-91ab';
 const usage = { prompt_tokens: 1000, completion_tokens: 100 };
 
+const e2e = useE2e();
 let llm: FakeLlmServer;
 let server: ServerProcess;
 
 beforeAll(async () => {
   llm = await startFakeLlmServer();
-  server = await startServer({
+  e2e.onCleanup(() => llm.close());
+  server = await e2e.start({
     env: {
       TETHER_LLM_BASE_URL: llm.baseUrl,
       TETHER_LLM_API_KEY: KEY,
@@ -23,11 +26,6 @@ beforeAll(async () => {
     },
   });
 }, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await llm?.close();
-});
 
 async function create(body: Record<string, unknown>): Promise<string> {
   const created = await http<{ conversation_id: string }>(server.baseUrl, 'POST', '/api/conversations', body);
@@ -41,11 +39,14 @@ function lastState(events: LoggedEvent[]): string | undefined {
   return last?.type === 'agent_state_changed' ? last.data.state : undefined;
 }
 
-async function untilState(id: string, state: string): Promise<LoggedEvent[]> {
-  return eventually(async () => {
-    const events = await allEvents(server.baseUrl, id);
-    return lastState(events) === state ? events : undefined;
-  }, `conversation ${id} to reach ${state}`);
+function untilState(id: string, state: string): Promise<LoggedEvent[]> {
+  return eventsWhen(
+    server,
+    id,
+    `conversation ${id} to reach ${state}`,
+    (events) => lastState(events) === state,
+    30_000,
+  );
 }
 
 const agentActions = (events: LoggedEvent[]): Array<Pick<StoredEvent, 'type' | 'data'>> =>

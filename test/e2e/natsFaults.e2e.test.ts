@@ -1,76 +1,58 @@
-import { readFileSync, readdirSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { LoggedEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
+import { embeddedNatsPid } from '../support/faults.ts';
+import { createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
+const e2e = useE2e();
 let server: ServerProcess;
 
 beforeAll(async () => {
-  server = await startServer();
+  server = await e2e.start();
 }, 60_000);
 
-afterAll(async () => {
-  await server?.stop();
-});
-
-/** The embedded nats-server of this server: the one whose store is under its data dir. */
-function natsPid(dataDir: string): number | undefined {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-      if (cmdline[0]?.endsWith('nats-server') && cmdline.some((a) => a.startsWith(dataDir)) && state !== 'Z')
-        return Number(entry);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return undefined;
-}
-
-const reply = (events: Awaited<ReturnType<typeof allEvents>>, text: string) =>
+const reply = (events: LoggedEvent[], text: string) =>
   events.some((e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.includes(text));
 
 describe('NATS going away', () => {
   it('says not ready while the embedded nats-server is down, starts it again on the same store, and goes on without losing anything', async () => {
     expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
     const id = await createConversation(server.baseUrl, { initial_message: 'before the fault' });
-    const before = await eventually(async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return reply(events, 'before the fault') ? events : undefined;
-    }, 'the answer before the fault');
+    const before = await eventsWhen(
+      server,
+      id,
+      'the answer before the fault',
+      (events) => reply(events, 'before the fault'),
+      30_000,
+    );
 
-    const pid = natsPid(server.dataDir);
+    const pid = embeddedNatsPid(server.dataDir);
     expect(pid).toBeDefined();
     process.kill(pid!, 'SIGKILL');
     const statuses = new Set<number>();
-    await eventually(
+    await until(
       async () => {
         const status = (await http(server.baseUrl, 'GET', '/readyz')).status;
         statuses.add(status);
         return statuses.has(503) && status === 200 ? true : undefined;
       },
       'readyz to go 503 then back to 200',
-      30_000,
+      SERVER_WAIT,
     );
-    expect(natsPid(server.dataDir)).not.toBe(pid);
+    expect(embeddedNatsPid(server.dataDir)).not.toBe(pid);
 
     const sent = await http(server.baseUrl, 'POST', `/api/conversations/${id}/actions`, {
       action: { type: 'message', content: 'after the fault' },
     });
     expect(sent.status).toBe(202);
-    const after = await eventually(async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return reply(events, 'after the fault') ? events : undefined;
-    }, 'the answer after the fault');
+    const after = await eventsWhen(
+      server,
+      id,
+      'the answer after the fault',
+      (events) => reply(events, 'after the fault'),
+      30_000,
+    );
     expect(after.slice(0, before.length)).toEqual(before);
     expect(after.map((e) => e.event.id)).toEqual(after.map((_, i) => i));
     expect((await http(server.baseUrl, 'GET', '/healthz')).status).toBe(200);

@@ -1,38 +1,27 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
 import {
   contentCounts,
   deliveryProblem,
   embeddedNatsPid,
   idProblem,
+  isUserMessageFrame,
   untilQuiet,
   type Connection,
 } from '../support/faults.ts';
-import { createConversation, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
+import { createConversation, http } from '../support/serverProcess.ts';
+import { wsUrlFor, type Frame } from '../support/wsClient.ts';
 
-const servers: ServerProcess[] = [];
-const sockets: WsClient[] = [];
-
-afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-});
-
-const isMessageEvent = (frame: Frame, content: string) =>
-  frame.type === 'event' &&
-  frame.event.source === 'user' &&
-  frame.event.type === 'message' &&
-  frame.event.data.content === content;
+const e2e = useE2e();
 
 describe('a hung NATS server', () => {
   it('says not ready while nats-server hangs, stores the message that timed out at most once, and sends an open ws client every stored event once', async (ctx) => {
-    const server = await startServer({ env: { TETHER_AGENT_DELAY_MS: '0' } });
-    servers.push(server);
+    const server = await e2e.start({ env: { TETHER_AGENT_DELAY_MS: '0' } });
     ctx.onTestFailed(() => console.log(`tether stderr (tail):\n${server.stderr().slice(-4_000)}`));
     const id = await createConversation(server.baseUrl);
     await untilQuiet(server.baseUrl, [id], { timeoutMs: 30_000, stableMs: 100 });
-    const ws = await WsClient.connect(wsUrlFor(server.wsUrl, id, 0));
-    sockets.push(ws);
+    const ws = e2e.open(wsUrlFor(server.wsUrl, id, 0));
+    await ws.opened;
     await ws.roundTrip();
     const connection: Connection = { ws, afterSeq: 0 };
 
@@ -47,7 +36,7 @@ describe('a hung NATS server', () => {
       ws.sendMessage('sent while nats-server hangs', 'hung-1');
       // Its connection looks fine, but it does not answer: not ready.
       readyWhileHung = (await http(server.baseUrl, 'GET', '/readyz')).status;
-      error = await ws.waitFor((f) => f.type === 'error' || isMessageEvent(f, 'sent while nats-server hangs'), {
+      error = await ws.waitFor((f) => f.type === 'error' || isUserMessageFrame(f, 'sent while nats-server hangs'), {
         timeoutMs: 20_000,
       });
     } finally {
@@ -59,7 +48,7 @@ describe('a hung NATS server', () => {
     expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
 
     ws.sendMessage('sent after it runs again', 'after-1');
-    await ws.waitFor((f) => isMessageEvent(f, 'sent after it runs again'), {
+    await ws.waitFor((f) => isUserMessageFrame(f, 'sent after it runs again'), {
       timeoutMs: 20_000,
       what: 'the next message back',
     });

@@ -1,4 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
 import {
   answersTo,
   contentCounts,
@@ -7,6 +8,7 @@ import {
   duplicatedContents,
   embeddedNatsPid,
   idProblem,
+  isUserMessageFrame,
   ReadyzProbe,
   sleep,
   unanswered,
@@ -14,8 +16,9 @@ import {
   userMessages,
   type Connection,
 } from '../support/faults.ts';
-import { createConversation, eventually, http, startServer, type ServerProcess } from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
+import { createConversation, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
+import { wsUrlFor, type Frame, type WsClient } from '../support/wsClient.ts';
 
 const CONVERSATIONS = 10;
 const CLIENTS_PER_CONVERSATION = 2;
@@ -56,19 +59,7 @@ interface Action {
   restAck?: { seq: number; duplicate: boolean };
 }
 
-const servers: ServerProcess[] = [];
-const sockets: WsClient[] = [];
-
-afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-});
-
-const isMessageEvent = (frame: Frame, content: string) =>
-  frame.type === 'event' &&
-  frame.event.source === 'user' &&
-  frame.event.type === 'message' &&
-  frame.event.data.content === content;
+const e2e = useE2e();
 
 /**
  * A ws client that keeps chatting: one user message at a time, each with a
@@ -102,8 +93,7 @@ class Chatter {
     let last: unknown;
     for (let attempt = 0; attempt < MAX_RECONNECTS; attempt++) {
       const afterSeq = this.cursor();
-      const ws = WsClient.open(wsUrlFor(this.server.wsUrl, this.conversationId, afterSeq));
-      sockets.push(ws);
+      const ws = e2e.open(wsUrlFor(this.server.wsUrl, this.conversationId, afterSeq));
       this.connections.push({ ws, afterSeq });
       try {
         await ws.opened;
@@ -148,7 +138,7 @@ class Chatter {
     ws.send({ type: 'user_action', action: { type: 'message', content: action.content }, client_id: action.clientId });
     let outcome: Frame;
     try {
-      outcome = await ws.waitFor((f) => isMessageEvent(f, action.content) || f.type === 'error', {
+      outcome = await ws.waitFor((f) => isUserMessageFrame(f, action.content) || f.type === 'error', {
         from,
         timeoutMs: OUTCOME_TIMEOUT_MS,
         what: `the outcome of ${action.clientId}`,
@@ -213,10 +203,9 @@ function framedSeqs(chatter: Chatter): Map<string, number[]> {
 describe('a NATS outage under steady traffic', () => {
   it('loses no acknowledged message, stores none twice and leaves no message unanswered when the embedded nats-server is killed while 20 ws clients chat', async (ctx) => {
     const startedAt = Date.now();
-    const server = await startServer({
+    const server = await e2e.start({
       env: { TETHER_AGENT_DELAY_MS: '0', TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS) },
     });
-    servers.push(server);
     ctx.onTestFailed(() => console.log(`tether stderr (tail):\n${server.stderr().slice(-6_000)}`));
 
     const ids = await Promise.all(Array.from({ length: CONVERSATIONS }, () => createConversation(server.baseUrl)));
@@ -241,9 +230,10 @@ describe('a NATS outage under steady traffic', () => {
 
     await Promise.all(runs);
     const sendingDone = Date.now();
-    await eventually(
+    await until(
       async () => ((await http(server.baseUrl, 'GET', '/readyz')).status === 200 ? true : undefined),
       'readyz back to 200',
+      SERVER_WAIT,
     );
     await readyz.stop();
     const logs = await untilQuiet(server.baseUrl, ids, { timeoutMs: 60_000 });

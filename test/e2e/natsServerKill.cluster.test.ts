@@ -1,8 +1,5 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
 import {
@@ -15,16 +12,11 @@ import {
   userMessages,
   type MessageAck,
 } from '../support/faults.ts';
-import { connectionNames, startNatsCluster, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
+import { useE2e } from '../support/e2e.ts';
+import { connectionNames, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
 import { ResendingChatter } from '../support/resendingChatter.ts';
-import {
-  createConversation,
-  eventually,
-  http,
-  makeDataDir,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
+import { createConversation, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 import type { WsClient } from '../support/wsClient.ts';
 
 // kill -9 of the nats-server that Tether node `a` is connected to, on a
@@ -56,20 +48,21 @@ const LEAD_TIMEOUT_MS = 15_000;
 const EVENTS_STREAM = 'TETHER_EVENTS';
 const CHATTER = { paceMs: { min: 50, max: 150 }, attemptTimeoutMs: 5_000, retryWaitMs: 250 };
 
+const e2e = useE2e();
 let nats: NatsCluster;
-let workspaces: string;
-const dataDirs = new Map<NodeName, string>();
 const nodes = new Map<NodeName, ServerProcess>();
+/** The chatters' sockets (ResendingChatter keeps them here), terminated once the nodes have stopped. */
 const sockets: WsClient[] = [];
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await startNatsCluster({ monitor: true });
-  workspaces = await mkdtemp(join(tmpdir(), 'tether-natskill-ws-'));
+  nats = await e2e.natsCluster({ monitor: true });
+  e2e.onCleanup(() => Promise.all(sockets.map((s) => s.terminate())));
+  const workspaces = await e2e.tempDir();
   // Both at once on fresh replicated buckets: each waits until the buckets it made or found have a leader.
   await Promise.all(
     NODES.map(async (name) => {
-      dataDirs.set(name, await makeDataDir());
+      const dataDir = await e2e.tempDir();
       const env = {
         NATS_URL: nats.url,
         TETHER_REPLICAS: '3',
@@ -81,16 +74,9 @@ beforeAll(async () => {
         // Reconnections, lapses and takeovers, for the stderr printed when the test fails.
         TETHER_LOG_LEVEL: 'info',
       };
-      nodes.set(name, await startServer({ dataDir: dataDirs.get(name)!, env }));
+      nodes.set(name, await e2e.start({ dataDir, env }));
     }),
   );
-}, 60_000);
-
-afterAll(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all([...nodes.values()].map((s) => s.stop()));
-  await nats?.stop();
-  await Promise.all([...dataDirs.values(), workspaces].map((d) => rm(d, { recursive: true, force: true })));
 }, 60_000);
 
 /** The running servers that list the node's NATS connection (`tether <node id>`) in their `/connz`. */
@@ -102,13 +88,13 @@ async function serversOf(name: NodeName): Promise<ClusterServer[]> {
 
 /** The server the node is connected to, once it is connected to exactly one, and not to `not`. */
 function untilConnected(name: NodeName, timeoutMs: number, not?: ClusterServer): Promise<ClusterServer> {
-  return eventually(
+  return until(
     async () => {
       const servers = await serversOf(name);
       return servers.length === 1 && servers[0] !== not ? servers[0] : undefined;
     },
     `node ${name} connected to one nats-server${not ? ` other than ${not.name}` : ''}`,
-    timeoutMs,
+    { ...SERVER_WAIT, timeoutMs },
   );
 }
 
@@ -158,21 +144,20 @@ describe('kill -9 of the nats-server a node is connected to, under 20 chatting w
     const movedTo = await untilConnected('a', RECONNECT_TIMEOUT_MS, victim);
     const reconnectedAt = Date.now();
     mark(`a on ${movedTo.name}`);
-    await eventually(
-      async () => ((await readyz('a')) === 200 ? true : undefined),
-      '/readyz of a to answer 200 again',
-      READY_AGAIN_TIMEOUT_MS,
-    );
+    await until(async () => (await readyz('a')) === 200, '/readyz of a to answer 200 again', {
+      ...SERVER_WAIT,
+      timeoutMs: READY_AGAIN_TIMEOUT_MS,
+    });
     const readyAt = Date.now();
     mark('a ready');
     // Its metrics count the reconnection; b's connection never dropped.
     expect(await reconnects('a')).toBe(1);
     if (serverOfB.name !== victim.name) expect(await reconnects('b')).toBe(0);
     // Traffic goes on: every client, through either node, gets messages acknowledged again.
-    await eventually(
-      async () => chatters.every((c) => c.acksSince(readyAt) >= ACKS_AFTER_READY) || undefined,
+    await until(
+      async () => chatters.every((c) => c.acksSince(readyAt) >= ACKS_AFTER_READY),
       'every client acknowledged again',
-      ACKS_AFTER_READY_TIMEOUT_MS,
+      { ...SERVER_WAIT, timeoutMs: ACKS_AFTER_READY_TIMEOUT_MS },
     ).catch(() => undefined);
     const stalled = chatters.filter((c) => c.acksSince(readyAt) < ACKS_AFTER_READY);
     mark(`${stalled.length} clients stalled`);
@@ -306,7 +291,7 @@ async function leadOn(server: ClusterServer, stream: string): Promise<void> {
   const nc = await connectNats(nats.url, { name: 'nats-server-kill-test' });
   try {
     const jsm = await jetstreamManager(nc);
-    await eventually(
+    await until(
       async () => {
         const leader = (await jsm.streams.info(stream)).cluster?.leader;
         if (leader === server.name) return true;
@@ -315,7 +300,7 @@ async function leadOn(server: ClusterServer, stream: string): Promise<void> {
         return undefined;
       },
       `${server.name} to lead ${stream}`,
-      LEAD_TIMEOUT_MS,
+      { ...SERVER_WAIT, timeoutMs: LEAD_TIMEOUT_MS },
     );
   } finally {
     await nc.close();
@@ -344,7 +329,7 @@ async function untilCaughtUp(server: ClusterServer, storedEvents: number): Promi
   const nc = await connectNats(nats.url, { name: 'nats-server-kill-test' });
   try {
     const jsm = await jetstreamManager(nc);
-    const infos = await eventually(
+    const infos = await until(
       async () => {
         const all: StreamInfo[] = [];
         for await (const si of jsm.streams.list()) all.push(si);
@@ -355,7 +340,7 @@ async function untilCaughtUp(server: ClusterServer, storedEvents: number): Promi
         return all.length > 0 && current && (await eventsHeldBy(server)) === storedEvents ? all : undefined;
       },
       `${server.name} to rejoin every stream and hold all ${storedEvents} events`,
-      CATCH_UP_TIMEOUT_MS,
+      { ...SERVER_WAIT, timeoutMs: CATCH_UP_TIMEOUT_MS },
     );
     expect(infos.find((si) => si.config.name === 'TETHER_EVENTS')?.state.messages).toBe(storedEvents);
     expect(infos.map((si) => si.config.num_replicas)).toEqual(infos.map(() => 3));

@@ -1,37 +1,15 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ConversationInfo, type EventOf, type LoggedEvent } from '../../protocol/index.ts';
-import {
-  allEvents,
-  createConversation,
-  eventsWhen,
-  eventually,
-  http,
-  type ServerProcess,
-  startServer,
-} from '../support/serverProcess.ts';
-import { endsAwaiting, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
-import { WsClient, wsUrlFor, type EventFrame, type SyncFrame } from '../support/wsClient.ts';
+import { useE2e } from '../support/e2e.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { endsAwaiting, expectDenseIds, repliesTo, stateOf, userMessage } from '../support/logQueries.ts';
+import { describeLog } from '../support/faults.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
+import type { EventFrame, SyncFrame, WsClient } from '../support/wsClient.ts';
 
-const servers: ServerProcess[] = [];
-const sockets: WsClient[] = [];
-
-afterEach(async () => {
-  await Promise.all(sockets.splice(0).map((s) => s.terminate()));
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-});
-
-async function start(env: Record<string, string>): Promise<ServerProcess> {
-  const server = await startServer({ env });
-  servers.push(server);
-  return server;
-}
-
-async function connect(server: ServerProcess, id: string): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
+const e2e = useE2e();
+const start = (env: Record<string, string>) => e2e.start({ env });
+const connect = (server: ServerProcess, id: string) => e2e.connect(server, id);
 
 interface ListedConversation {
   conversation_id: string;
@@ -54,7 +32,7 @@ async function inMemory(server: ServerProcess, id: string): Promise<boolean> {
 
 /** Waits (without loading it) until the conversation has left memory. */
 async function untilPassivated(server: ServerProcess, id: string, what: string): Promise<void> {
-  await eventually(async () => ((await inMemory(server, id)) ? undefined : true), what, 15_000);
+  await until(async () => !(await inMemory(server, id)), what, { ...SERVER_WAIT, timeoutMs: 15_000 });
 }
 
 const answered = (content: string) => (events: readonly LoggedEvent[]) =>
@@ -70,21 +48,6 @@ function rehydrations(events: readonly LoggedEvent[]): Array<LoggedEvent & { eve
   return events.filter(
     (e): e is LoggedEvent & { event: EventOf<'session_rehydrated'> } => e.event.type === 'session_rehydrated',
   );
-}
-
-/** One line per event, for failure messages. */
-function describeLog(events: readonly LoggedEvent[]): string {
-  return events
-    .map(
-      ({ seq, event }) =>
-        `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
-    )
-    .join('\n');
-}
-
-function expectDenseIds(events: readonly LoggedEvent[]): void {
-  expect(events.map((e) => e.event.id)).toEqual(events.map((_, i) => i));
-  expect(events.every((e, i) => i === 0 || e.seq > events[i - 1]!.seq)).toBe(true);
 }
 
 /**

@@ -1,24 +1,12 @@
-import { chmod, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { locateNatsServer } from '../../src/store/index.ts';
-import {
-  createConversation,
-  freePort,
-  http,
-  makeDataDir,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
+import { useE2e } from '../support/e2e.ts';
+import { createConversation, freePort, http } from '../support/serverProcess.ts';
 
 const ROUNDS = 8;
-const dataDirs: string[] = [];
-const servers: ServerProcess[] = [];
-
-afterAll(async () => {
-  await Promise.all(servers.map((s) => s.stop()));
-  await Promise.all(dataDirs.map((d) => rm(d, { recursive: true, force: true })));
-});
+const e2e = useE2e();
 
 /**
  * A nats-server wrapper that first notes whether something already listens on
@@ -42,14 +30,12 @@ exec '${locateNatsServer({ path: process.env.PATH })}' "$@"
 
 describe('restarting Tether on the port it just freed', () => {
   it(`holds its HTTP port before its nats-server starts, and comes back on the same port after kill -9, ${ROUNDS} times`, async () => {
-    const dataDir = await makeDataDir();
-    dataDirs.push(dataDir);
+    const dataDir = await e2e.tempDir();
     const port = await freePort();
     const { binary, probes } = await probingNatsServer(dataDir, port);
     const ids: string[] = [];
     for (let round = 0; round < ROUNDS; round++) {
-      const server = await startServer({ dataDir, port, env: { NATS_SERVER_BIN: binary } });
-      servers.push(server);
+      const server = await e2e.start({ dataDir, port, env: { NATS_SERVER_BIN: binary } });
       expect(server.port).toBe(port);
       // The store came back with it: every conversation of the earlier rounds is there.
       for (const id of ids) expect((await http(server.baseUrl, 'GET', `/api/conversations/${id}`)).status).toBe(200);

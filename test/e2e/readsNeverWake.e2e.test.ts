@@ -1,28 +1,18 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { connectSynced, type WsClient } from '../support/wsClient.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
+import type { WsClient } from '../support/wsClient.ts';
 
 const CLOSE_DELAY_MS = 300;
+const e2e = useE2e();
 let server: ServerProcess;
-const sockets: WsClient[] = [];
 
 beforeAll(async () => {
-  server = await startServer({ env: { TETHER_CLOSE_DELAY_MS: String(CLOSE_DELAY_MS) } });
+  server = await e2e.start({ env: { TETHER_CLOSE_DELAY_MS: String(CLOSE_DELAY_MS) } });
 }, 60_000);
-
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await server?.stop();
-});
 
 interface Listed {
   conversation_id: string;
@@ -48,18 +38,19 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 describe('reads never wake a conversation', () => {
   it('a passivated conversation read over REST and followed by listening sockets stores nothing and stays out of memory; an action brings it back and is answered', async () => {
     const id = await createConversation(server.baseUrl, { initial_message: 'hello' });
-    await eventually(
+    await until(
       async () => (repliesTo(await allEvents(server.baseUrl, id), 'hello').length ? true : undefined),
       'the answer',
+      SERVER_WAIT,
     );
-    await eventually(async () => ((await listed(id))?.in_memory === false ? true : undefined), 'passivation');
+    await until(async () => ((await listed(id))?.in_memory === false ? true : undefined), 'passivation', SERVER_WAIT);
     const before = await allEvents(server.baseUrl, id);
     expect(before.at(-1)?.event.type).toBe('session_passivated');
     const lastSeq = before.at(-1)!.seq;
 
     // Reads of every kind, and two sockets that only listen, held for ten close delays.
-    const whole = await connectSynced(server.wsUrl, sockets, id);
-    const tail = await connectSynced(server.wsUrl, sockets, id, before.at(-3)!.seq);
+    const whole = await e2e.connect(server, id);
+    const tail = await e2e.connect(server, id, { afterSeq: before.at(-3)!.seq });
     for (let i = 0; i < 10; i++) {
       expect(await info(id)).toMatchObject({
         conversation_id: id,
@@ -83,10 +74,13 @@ describe('reads never wake a conversation', () => {
       action: { type: 'message', content: 'are you there?' },
     });
     expect(sent.status).toBe(202);
-    const after = await eventually(async () => {
-      const events = await allEvents(server.baseUrl, id);
-      return repliesTo(events, 'are you there?').length === 1 && endsAwaiting(events) ? events : undefined;
-    }, 'the answer to the action');
+    const after = await eventsWhen(
+      server,
+      id,
+      'the answer to the action',
+      (events) => repliesTo(events, 'are you there?').length === 1 && endsAwaiting(events),
+      30_000,
+    );
     expect(after.slice(0, before.length)).toEqual(before);
     expect(after[before.length]?.event).toMatchObject({ type: 'session_rehydrated', data: { from: 'snapshot' } });
     for (const client of [whole, tail]) {

@@ -1,50 +1,41 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type SyncFrame } from '../support/wsClient.ts';
+import { useE2e } from '../support/e2e.ts';
+import { endsAwaiting } from '../support/logQueries.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { wsUrlFor, type SyncFrame, type WsClient } from '../support/wsClient.ts';
 
 const IDLE_STATES = ['awaiting_user_input', 'finished'];
 const ROUNDS = 5;
 
+const e2e = useE2e();
 let server: ServerProcess;
-const sockets: WsClient[] = [];
 
 beforeAll(async () => {
-  server = await startServer();
+  server = await e2e.start();
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await server?.stop();
-});
+const open = (conversationId: string, afterSeq?: number) => e2e.open(wsUrlFor(server.wsUrl, conversationId, afterSeq));
 
-function track(client: WsClient): WsClient {
-  sockets.push(client);
-  return client;
-}
-
+/** A client once its socket is open (not waiting for the sync frame). */
 async function connect(conversationId: string, afterSeq?: number): Promise<WsClient> {
-  return track(await WsClient.connect(wsUrlFor(server.wsUrl, conversationId, afterSeq)));
+  const client = open(conversationId, afterSeq);
+  await client.opened;
+  return client;
 }
 
 /** Waits until every user message sent is stored and the agent is idle after the last one. */
 async function settled(conversationId: string, userMessages: number): Promise<LoggedEvent[]> {
-  return eventually(
-    async () => {
-      const events = await allEvents(server.baseUrl, conversationId);
+  return eventsWhen(
+    server,
+    conversationId,
+    `${userMessages} user messages stored and the agent idle`,
+    (events) => {
       const stored = events.filter((e) => e.event.source === 'user' && e.event.type === 'message').length;
       const last = events.at(-1)?.event;
       const idle = last?.type === 'agent_state_changed' && IDLE_STATES.includes(last.data.state);
-      return stored === userMessages && idle ? events : undefined;
+      return stored === userMessages && idle;
     },
-    `${userMessages} user messages stored and the agent idle`,
     90_000,
   );
 }
@@ -96,9 +87,9 @@ describe('reconnecting with a cursor', () => {
 
         // ...and while it reconnects.
         produce(5);
-        const next = track(WsClient.open(wsUrlFor(server.wsUrl, id, cursor)));
+        const next = open(id, cursor);
         produce(5);
-        if (round === ROUNDS - 1) fresh = track(WsClient.open(wsUrlFor(server.wsUrl, id)));
+        if (round === ROUNDS - 1) fresh = open(id);
         await next.opened;
         produce(3);
         bConnections.push({ client: next, cursor });
@@ -192,7 +183,7 @@ describe('reconnecting with a cursor', () => {
 
   it('acts on frames a client sends as soon as its socket opens, and still sends the sync first', async () => {
     const id = await createConversation(server.baseUrl);
-    const client = track(WsClient.open(wsUrlFor(server.wsUrl, id)));
+    const client = open(id);
     await client.opened;
     client.send({ type: 'ping' });
     client.sendMessage('sent at once');
@@ -230,11 +221,7 @@ describe('reconnecting with a cursor', () => {
 
   it('sends only the sync frame to a client whose cursor is already at the end, and then new events', async () => {
     const id = await createConversation(server.baseUrl, {});
-    const before = await eventually(async () => {
-      const events = await allEvents(server.baseUrl, id);
-      const last = events.at(-1)?.event;
-      return last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input' ? events : undefined;
-    }, 'the conversation to be ready');
+    const before = await eventsWhen(server, id, 'the conversation to be ready', endsAwaiting, 30_000);
     const end = before.at(-1)!.seq;
 
     const client = await connect(id, end);

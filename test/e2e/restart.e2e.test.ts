@@ -1,42 +1,13 @@
-import { readFile, rm } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ConversationInfo, type LoggedEvent } from '../../protocol/index.ts';
-import {
-  allEvents,
-  createConversation,
-  eventsWhen,
-  eventually,
-  http,
-  makeDataDir,
-  type ServerProcess,
-  startServer,
-} from '../support/serverProcess.ts';
-import { endsAwaiting, stateOf } from '../support/logQueries.ts';
-import { WsClient, wsUrlFor } from '../support/wsClient.ts';
+import { useE2e } from '../support/e2e.ts';
+import { allEvents, createConversation, eventsWhen, http } from '../support/serverProcess.ts';
+import { endsAwaiting, expectDenseIds, stateOf } from '../support/logQueries.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
-const servers: ServerProcess[] = [];
-const dataDirs: string[] = [];
-const sockets: WsClient[] = [];
-
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await Promise.all(servers.map((s) => s.stop()));
-  await Promise.all(dataDirs.map((d) => rm(d, { recursive: true, force: true })));
-});
-
-async function start(dataDir: string): Promise<ServerProcess> {
-  const server = await startServer({ dataDir });
-  servers.push(server);
-  return server;
-}
-
-async function connect(server: ServerProcess, id: string, afterSeq?: number): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id, afterSeq));
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
+const e2e = useE2e();
 
 /** The agent's message that answers the user message with this content (its cause is that message's id). */
 function replyTo(events: LoggedEvent[], content: string): LoggedEvent | undefined {
@@ -49,18 +20,12 @@ function replyTo(events: LoggedEvent[], content: string): LoggedEvent | undefine
   );
 }
 
-function expectDenseIds(events: LoggedEvent[]): void {
-  expect(events.map((e) => e.event.id)).toEqual(events.map((_, i) => i));
-  expect(events.every((e, i) => i === 0 || e.seq > events[i - 1]!.seq)).toBe(true);
-}
-
 describe('restarting the server on the same data directory', () => {
   it('keeps every conversation and its events, and answers new messages with ids that continue densely', async () => {
-    const dataDir = await makeDataDir();
-    dataDirs.push(dataDir);
-    const first = await start(dataDir);
+    const dataDir = await e2e.tempDir();
+    const first = await e2e.start({ dataDir });
     const id = await createConversation(first.baseUrl);
-    const client = await connect(first, id);
+    const client = await e2e.connect(first, id);
     client.sendMessage('before the restart');
     const before = await eventsWhen(
       first,
@@ -75,7 +40,7 @@ describe('restarting the server on the same data directory', () => {
     expect(exit).toEqual({ code: 0, signal: null });
     expect((await client.closed).code).toBe(1001);
 
-    const second = await start(dataDir);
+    const second = await e2e.start({ dataDir });
     const list = await http<{ items: Array<{ conversation_id: string }> }>(second.baseUrl, 'GET', '/api/conversations');
     expect(list.status).toBe(200);
     expect(list.body.items.map((c) => c.conversation_id)).toContain(id);
@@ -90,7 +55,7 @@ describe('restarting the server on the same data directory', () => {
     const restored = await allEvents(second.baseUrl, id);
     expect(restored.slice(0, before.length)).toEqual(before);
 
-    const again = await connect(second, id);
+    const again = await e2e.connect(second, id);
     expect(again.frames[0]).toMatchObject({ type: 'sync', conversation_id: id, state: 'awaiting_user_input' });
     again.sendMessage('after the restart');
     again.sendMessage('!echo still-$((40 + 2))');
@@ -117,17 +82,17 @@ describe('restarting the server on the same data directory', () => {
   }, 120_000);
 
   it('reports a command that was running when the server was killed as interrupted, and does not run it again', async () => {
-    const dataDir = await makeDataDir();
-    dataDirs.push(dataDir);
-    const first = await start(dataDir);
+    const dataDir = await e2e.tempDir();
+    const first = await e2e.start({ dataDir });
     const id = await createConversation(first.baseUrl);
-    const client = await connect(first, id);
+    const client = await e2e.connect(first, id);
     // The command leaves a mark, then outlives the server.
     client.sendMessage('!echo ran >> marks.txt; sleep 20');
     const marks = join(dataDir, 'workspaces', id, 'marks.txt');
-    const started = await eventually(
-      async () => ((await readFile(marks, 'utf8').catch(() => '')) === 'ran\n' ? true : undefined),
+    const started = await until(
+      async () => (await readFile(marks, 'utf8').catch(() => '')) === 'ran\n',
       'the command to start',
+      SERVER_WAIT,
     );
     expect(started).toBe(true);
     const beforeKill = await allEvents(first.baseUrl, id);
@@ -138,9 +103,9 @@ describe('restarting the server on the same data directory', () => {
     first.kill('SIGKILL');
     expect((await first.exited).signal).toBe('SIGKILL');
 
-    const second = await start(dataDir);
+    const second = await e2e.start({ dataDir });
     // Opening the conversation brings it back; it then finishes by itself.
-    await connect(second, id);
+    await e2e.connect(second, id);
     const after = await eventsWhen(
       second,
       id,

@@ -1,18 +1,16 @@
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
 import { bashesIn } from '../support/processes.ts';
-import { createConversation, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { createConversation, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
 
+const e2e = useE2e();
 let server: ServerProcess;
 
 beforeAll(async () => {
-  server = await startServer();
+  server = await e2e.start();
 }, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-});
 
 /** The conversation's runtime: the bash that the server started in its workspace. */
 const runtimePid = (serverPid: number, workspace: string): number | undefined => bashesIn(workspace, serverPid)[0]?.pid;

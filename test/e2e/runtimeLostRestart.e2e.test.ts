@@ -1,46 +1,32 @@
 import { readFileSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import {
   allEvents,
   createConversation,
   eventsWhen,
-  eventually,
   http,
   type HttpResult,
-  makeDataDir,
   type ServerProcess,
-  startServer,
 } from '../support/serverProcess.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
 import { bashesIn, processes } from '../support/processes.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // Everything here goes over REST: a WebSocket connection to a conversation whose
 // runtime was lost starts a new runtime by design, and that is not what is tested.
 
-const servers: ServerProcess[] = [];
-const dataDirs: string[] = [];
-/** The commands left behind by a killed runtime (its `sleep 30`), ended after the test. */
-const orphans: number[] = [];
+const e2e = useE2e();
 
-afterAll(async () => {
-  for (const pid of orphans) {
-    try {
-      if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'sleep') process.kill(pid, 'SIGKILL');
-    } catch {
-      // Already gone.
-    }
+/** Ends a command left behind by a killed runtime (its `sleep 30`), if it still runs. */
+function endOrphan(pid: number): void {
+  try {
+    if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'sleep') process.kill(pid, 'SIGKILL');
+  } catch {
+    // Already gone.
   }
-  await Promise.all(servers.map((s) => s.stop()));
-  await Promise.all(dataDirs.map((d) => rm(d, { recursive: true, force: true })));
-});
-
-async function start(dataDir: string): Promise<ServerProcess> {
-  const server = await startServer({ dataDir });
-  servers.push(server);
-  return server;
 }
 
 const isState = (e: LoggedEvent, state: string) =>
@@ -70,13 +56,17 @@ async function loseRuntime(server: ServerProcess, id: string): Promise<LoggedEve
   const sent = await runCommand(server, id, 'sleep 30');
   expect(sent.status).toBe(202);
   // The runtime is the server's bash in the workspace; the command is running once its sleep is.
-  const [bash, sleep] = await eventually(async () => {
-    const all = processes();
-    const runtime = all.find((p) => p.comm === 'bash' && p.ppid === server.pid && p.cwd === workspace);
-    const child = runtime && all.find((p) => p.comm === 'sleep' && p.ppid === runtime.pid);
-    return runtime && child ? [runtime.pid, child.pid] : undefined;
-  }, 'the runtime bash running sleep 30');
-  orphans.push(sleep);
+  const [bash, sleep] = await until(
+    async () => {
+      const all = processes();
+      const runtime = all.find((p) => p.comm === 'bash' && p.ppid === server.pid && p.cwd === workspace);
+      const child = runtime && all.find((p) => p.comm === 'sleep' && p.ppid === runtime.pid);
+      return runtime && child ? [runtime.pid, child.pid] : undefined;
+    },
+    'the runtime bash running sleep 30',
+    SERVER_WAIT,
+  );
+  e2e.onCleanup(() => endOrphan(sleep));
   const before = (await allEvents(server.baseUrl, id)).at(-1)!.seq;
   process.kill(bash, 'SIGKILL');
   return eventsWhen(server, id, 'the runtime loss to be stored', (e) => {
@@ -105,7 +95,8 @@ async function answerTo(server: ServerProcess, id: string, command: string): Pro
   const isAsked = (e: LoggedEvent) =>
     e.event.source === 'user' && e.event.type === 'command' && e.event.data.command === command;
   let seen = -1;
-  const events = await eventually(
+  // Quiet: the same log, done, on two reads 300 ms apart.
+  const events = await until(
     async () => {
       const all = await allEvents(server.baseUrl, id);
       const asked = all.find(isAsked);
@@ -116,11 +107,10 @@ async function answerTo(server: ServerProcess, id: string, command: string): Pro
         !isState(all.at(-1)!, 'running');
       const quiet = done && all.length === seen;
       seen = done ? all.length : -1;
-      if (!quiet) await new Promise((r) => setTimeout(r, 250));
       return quiet ? all : undefined;
     },
     `the answer to ${command}`,
-    15_000,
+    { ...SERVER_WAIT, timeoutMs: 15_000, everyMs: 300 },
   );
   const asked = events.find(isAsked)!;
   const after = events.filter((e) => e.seq > asked.seq);
@@ -148,9 +138,8 @@ const kindOf = ({ output, ...rest }: Answer) => ({
 
 describe('a run action over REST after the runtime was killed', () => {
   it('is answered "runtime not available" whether or not the server restarted in between, and never starts a new runtime', async () => {
-    const dataDir = await makeDataDir();
-    dataDirs.push(dataDir);
-    const first = await start(dataDir);
+    const dataDir = await e2e.tempDir();
+    const first = await e2e.start({ dataDir });
 
     // Without a restart: the lost runtime is not replaced behind the user's back.
     const stays = await createConversation(first.baseUrl);
@@ -166,7 +155,7 @@ describe('a run action over REST after the runtime was killed', () => {
     await loseRuntime(first, restarts);
     const lastBeforeRestart = (await allEvents(first.baseUrl, restarts)).at(-1)!.seq;
     expect(await first.stop()).toEqual({ code: 0, signal: null });
-    const second = await start(dataDir);
+    const second = await e2e.start({ dataDir });
     const restarted = await answerTo(second, restarts, 'echo after-restart');
 
     expect(kindOf(restarted), 'the answer after a restart, next to the one without').toEqual(kindOf(baseline));

@@ -1,24 +1,21 @@
-import { readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allEvents, http, makeDataDir, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
+import { allEvents, http, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
 const SECRET = 'tok-Zq81-very-secret-value';
 
+const e2e = useE2e();
 let server: ServerProcess;
 let dataDir: string;
 
 beforeAll(async () => {
   // Our own data dir: the store must still be there to read after the server stopped.
-  dataDir = await makeDataDir();
-  server = await startServer({ dataDir });
+  dataDir = await e2e.tempDir();
+  server = await e2e.start({ dataDir });
 }, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  rmSync(dataDir, { recursive: true, force: true });
-});
 
 /** Every file under a folder, recursively. */
 function filesUnder(dir: string): string[] {

@@ -1,15 +1,9 @@
 import { readFile, writeFile } from 'node:fs/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import type { WsClient } from '../support/wsClient.ts';
-import { connectSynced, type EventFrame } from '../support/wsClient.ts';
+import { useE2e } from '../support/e2e.ts';
+import { createConversation, eventsWhen, type ServerProcess } from '../support/serverProcess.ts';
+import type { EventFrame, WsClient } from '../support/wsClient.ts';
 
 // 100 commands of 500 kB each: 50 MB of command_output events flow past a client
 // that does not read, six times the documented 8 MiB bound on bytes queued per client.
@@ -25,13 +19,13 @@ const MIB = 1024 * 1024;
 const MAX_RSS_GROWTH_BYTES = 64 * MIB;
 const SAMPLE_EVERY_MS = 100;
 
+const e2e = useE2e();
 let server: ServerProcess;
-const sockets: WsClient[] = [];
 
 beforeAll(async () => {
   // A paused client cannot answer pings, nor the server's close frame until it reads again (which can be
   // over 30 s later when the whole suite loads the machine): no heartbeat drop and no close timeout, only the 1013.
-  server = await startServer({
+  server = await e2e.start({
     env: {
       TETHER_OUTPUT_CAP_BYTES: String(OUTPUT_BYTES + 10_000),
       TETHER_WS_PING_MS: '600000',
@@ -40,12 +34,7 @@ beforeAll(async () => {
   });
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await server?.stop();
-});
-
-const connect = (id: string, afterSeq?: number) => connectSynced(server.wsUrl, sockets, id, afterSeq);
+const connect = (id: string, afterSeq?: number) => e2e.connect(server, id, { afterSeq });
 
 /** A field of /proc/<pid>/status in bytes (VmRSS, VmHWM): this process only, not its children. */
 async function procBytes(pid: number, field: 'VmRSS' | 'VmHWM'): Promise<number> {
@@ -167,15 +156,16 @@ describe('a client that stops reading while 50 MB of events flow to it', () => {
     );
     expect(sampled.samples).toBeGreaterThanOrEqual(5);
 
-    const rest = await eventually(
-      async () => {
-        const events = await allEvents(server.baseUrl, id);
+    const rest = await eventsWhen(
+      server,
+      id,
+      `${WARM_UP_COMMANDS + COMMANDS} command outputs stored`,
+      (events) => {
         const outputs = events.filter((e) => e.event.type === 'command_output').length;
         const last = events.at(-1)?.event;
         const idle = last?.type === 'agent_state_changed' && last.data.state === 'awaiting_user_input';
-        return outputs === WARM_UP_COMMANDS + COMMANDS && idle ? events : undefined;
+        return outputs === WARM_UP_COMMANDS + COMMANDS && idle;
       },
-      `${WARM_UP_COMMANDS + COMMANDS} command outputs stored`,
       60_000,
     );
     const outputs = rest.filter(

@@ -1,20 +1,19 @@
 import { spawn } from 'node:child_process';
 import { connect, createServer, type Server } from 'node:net';
-import { rm } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
+import { useE2e } from '../support/e2e.ts';
 import { natsBinary } from '../support/natsBinary.ts';
-import { freePort, makeDataDir } from '../support/serverProcess.ts';
+import { freePort } from '../support/serverProcess.ts';
+import { until } from '../support/until.ts';
 
 const BIN = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'bin', 'tether.js');
-const dataDirs: string[] = [];
-afterAll(() => Promise.all(dataDirs.map((d) => rm(d, { recursive: true, force: true }))));
+const e2e = useE2e();
 
 /** Runs `tether serve` until it exits by itself (bounded), with its exit code and stderr. */
 async function serveUntilExit(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
-  const dataDir = await makeDataDir();
-  dataDirs.push(dataDir);
+  const dataDir = await e2e.tempDir();
   const child = spawn(process.execPath, [BIN, 'serve'], {
     env: { ...process.env, NATS_URL: '', TETHER_HOST: '127.0.0.1', TETHER_DATA_DIR: dataDir, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -27,18 +26,17 @@ async function serveUntilExit(env: Record<string, string>): Promise<{ code: numb
   return { code, stderr };
 }
 
-async function waitForPort(port: number): Promise<void> {
-  for (let i = 0; i < 100; i++) {
-    const open = await new Promise<boolean>((done) => {
-      const socket = connect(port, '127.0.0.1');
-      socket.once('connect', () => done(true)).once('error', () => done(false));
-      setTimeout(() => socket.destroy(), 500);
-    });
-    if (open) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`nothing listens on ${port}`);
+/** Whether something accepts a connection on the port (a connection is given up after 500 ms). */
+function listening(port: number): Promise<boolean> {
+  return new Promise<boolean>((done) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => done(true)).once('error', () => done(false));
+    setTimeout(() => socket.destroy(), 500);
+  });
 }
+
+const waitForPort = (port: number) =>
+  until(() => listening(port), `something to listen on ${port}`, { timeoutMs: 5_000, everyMs: 50 });
 
 describe('tether serve that cannot start', () => {
   it('says how to install nats-server when the binary is missing, and exits 1 (it installs nothing itself)', async () => {
@@ -98,8 +96,7 @@ describe('tether serve that cannot start', () => {
 
 describe('tether serve whose stderr reader goes away', () => {
   it('drops its log lines and still stops on SIGTERM (a broken pipe does not make it spin on its own error)', async () => {
-    const dataDir = await makeDataDir();
-    dataDirs.push(dataDir);
+    const dataDir = await e2e.tempDir();
     const port = await freePort();
     const child = spawn(process.execPath, [BIN, 'serve'], {
       env: {
@@ -114,10 +111,12 @@ describe('tether serve whose stderr reader goes away', () => {
     const exited = new Promise<number | null>((done) => child.once('exit', done));
     try {
       await waitForPort(port);
-      for (let i = 0; i < 100; i++) {
-        if ((await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok) break;
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      // Up to 10 s for it to be healthy; it goes on either way, as it always did.
+      await until(
+        async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok,
+        'healthz to answer',
+        { timeoutMs: 10_000, everyMs: 100 },
+      ).catch(() => undefined);
       child.stderr.destroy();
       // Every request that fails logs; the shutdown logs too.
       await fetch(`http://127.0.0.1:${port}/api/conversations/nope`).catch(() => null);

@@ -1,11 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { agentStateOf, foldEvents, traceLog } from '../../machines/index.ts';
 import {
   ConversationInfo,
@@ -18,20 +16,13 @@ import {
   connectNats,
   DEFAULT_CHECKPOINT_BUCKET,
   DEFAULT_SECRET_BUCKET,
-  startEmbeddedNats,
   type EmbeddedNats,
   type NatsConnection,
 } from '../../src/store/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
-import { natsBinary } from '../support/natsBinary.ts';
-import {
-  eventually,
-  http,
-  makeDataDir,
-  startServer,
-  type HttpResult,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
+import { http, type HttpResult, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
 
 // Time travel and forks over HTTP, against `tether serve` processes on a
 // nats-server of each test's own, which the test also reads directly: the
@@ -44,30 +35,22 @@ const EVERY = 5;
 const EVENTS_STREAM = 'TETHER_EVENTS';
 const SECRETS_KEY = randomBytes(32).toString('hex');
 
-let natsDir: string;
+const e2e = useE2e();
 let nats: EmbeddedNats;
 let nc: NatsConnection;
 let jsm: JetStreamManager;
-const servers: ServerProcess[] = [];
-const dataDirs: string[] = [];
 
 beforeEach(async () => {
-  natsDir = await mkdtemp(join(tmpdir(), 'tether-time-travel-nats-'));
-  nats = await startEmbeddedNats({ dataDir: natsDir, binary: natsBinary() });
-  nc = await connectNats(nats.url, { name: 'time-travel-test' });
+  nats = await e2e.nats();
+  const connection = await connectNats(nats.url, { name: 'time-travel-test' });
+  e2e.onCleanup(() => connection.close());
+  nc = connection;
   jsm = await jetstreamManager(nc);
 });
 
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.stop()));
-  await nc?.close();
-  await nats?.stop();
-  await Promise.all([natsDir, ...dataDirs.splice(0)].map((d) => rm(d, { recursive: true, force: true })));
-});
-
 /** A `tether serve` on this test's nats-server (secrets sealed: a shared NATS refuses them otherwise). */
-async function start(env: Record<string, string> = {}, dataDir?: string): Promise<ServerProcess> {
-  const server = await startServer({
+function start(env: Record<string, string> = {}, dataDir?: string): Promise<ServerProcess> {
+  return e2e.start({
     ...(dataDir !== undefined && { dataDir }),
     env: {
       NATS_URL: nats.url,
@@ -77,8 +60,6 @@ async function start(env: Record<string, string> = {}, dataDir?: string): Promis
       ...env,
     },
   });
-  servers.push(server);
-  return server;
 }
 
 function api<T = unknown>(
@@ -133,13 +114,13 @@ function eventsWhen(
   test: (events: LoggedEvent[]) => boolean,
   timeoutMs = 20_000,
 ): Promise<LoggedEvent[]> {
-  return eventually(
+  return until(
     async () => {
       const events = await eventsOf(server, id);
       return test(events) ? events : undefined;
     },
     what,
-    timeoutMs,
+    { ...SERVER_WAIT, timeoutMs },
   );
 }
 
@@ -224,13 +205,13 @@ function bucket(name: string): Promise<KV> {
 async function expectCheckpointsAtMultiples(id: string, logged: readonly LoggedEvent[]): Promise<number[]> {
   const multiples = Array.from({ length: Math.floor(logged.length / EVERY) }, (_, i) => i + 1);
   // The owner writes a checkpoint after its decision is applied, without waiting for it: the last may be on its way.
-  const checkpoints = await eventually(
+  const checkpoints = await until(
     async () => {
       const seqs = await checkpointSeqs(id);
       return seqs.length >= multiples.length ? seqs : undefined;
     },
     `${multiples.length} checkpoints of ${id}`,
-    5_000,
+    { ...SERVER_WAIT, timeoutMs: 5_000 },
   ).catch(() => checkpointSeqs(id));
   const kv = await bucket(DEFAULT_CHECKPOINT_BUCKET);
   const bySeq = new Map(logged.map((l) => [l.seq, l]));
@@ -284,7 +265,11 @@ describe('the state of a conversation at one of its events, over HTTP', () => {
     const other = await create(server, { initial_message: 'elsewhere' });
     await eventsWhen(server, other, 'the answer to "elsewhere"', answered('elsewhere'));
     const outOfMemory = () =>
-      eventually(async () => ((await info(server, id)).body.in_memory ? undefined : true), `${id} out of memory`);
+      until(
+        async () => ((await info(server, id)).body.in_memory ? undefined : true),
+        `${id} out of memory`,
+        SERVER_WAIT,
+      );
     for (const content of ['!echo one', 'two']) await say(server, id, content);
     // Out of memory and back in the middle of the log: the fold goes through a passivation and a rehydration.
     await outOfMemory();
@@ -445,8 +430,7 @@ describe('a fork over HTTP', () => {
 
 describe('a fork killed half-way', () => {
   it('is not listed after a restart, and recovery purges its copies', async () => {
-    const dataDir = await makeDataDir();
-    dataDirs.push(dataDir);
+    const dataDir = await e2e.tempDir();
     const env = { TETHER_CHECKPOINT_EVERY: '100' };
     let server = await start(env, dataDir);
     // Queued messages are answered in one task of the agent: room for all of them.
@@ -500,9 +484,10 @@ describe('a fork killed half-way', () => {
     expect(copied, `copies stored when killed, of ${parentEvents.length}`).toBeLessThan(parentEvents.length);
 
     server = await start(env, dataDir);
-    await eventually(
+    await until(
       async () => ((await storedEvents(fork)) === 0 ? true : undefined),
       'recovery to purge the copies of the fork',
+      SERVER_WAIT,
     );
     expect(await listed(server)).toEqual([parent]);
     for (const path of [`/api/conversations/${fork}`, `/api/conversations/${fork}/events`]) {

@@ -1,52 +1,24 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { ConversationInfo, LoggedEvent } from '../../protocol/index.ts';
-import { startEmbeddedNats, type EmbeddedNats } from '../../src/store/index.ts';
+import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting, repliesTo } from '../support/logQueries.ts';
-import { natsBinary } from '../support/natsBinary.ts';
-import {
-  allEvents,
-  createConversation,
-  eventually,
-  http,
-  startServer,
-  type ServerProcess,
-} from '../support/serverProcess.ts';
-import { WsClient, wsUrlFor, type EventFrame } from '../support/wsClient.ts';
+import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
+import type { EventFrame, WsClient } from '../support/wsClient.ts';
 
 // Two `tether serve` processes on one nats-server: a client of either sees a
 // conversation's events live, whichever process runs it, because each process
 // follows the log once instead of pushing from the writer's memory.
-let natsDir: string;
-let nats: EmbeddedNats;
+const e2e = useE2e();
 let a: ServerProcess;
 let b: ServerProcess;
-const sockets: WsClient[] = [];
 
 beforeAll(async () => {
-  natsDir = await mkdtemp(join(tmpdir(), 'tether-two-nodes-'));
-  nats = await startEmbeddedNats({ dataDir: natsDir, binary: natsBinary() });
-  [a, b] = await Promise.all([
-    startServer({ env: { NATS_URL: nats.url } }),
-    startServer({ env: { NATS_URL: nats.url } }),
-  ]);
+  const nats = await e2e.nats();
+  [a, b] = await Promise.all([e2e.start({ env: { NATS_URL: nats.url } }), e2e.start({ env: { NATS_URL: nats.url } })]);
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all(sockets.map((s) => s.terminate()));
-  await Promise.all([a?.stop(), b?.stop()]);
-  await nats?.stop();
-  await rm(natsDir, { recursive: true, force: true });
-});
-
-async function listen(server: ServerProcess, id: string): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(server.wsUrl, id), { keepRaw: true });
-  sockets.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
+const listen = (server: ServerProcess, id: string) => e2e.connect(server, id, { keepRaw: true });
 
 const asLogged = (f: EventFrame): LoggedEvent => ({ seq: f.seq, event: f.event });
 const eventTexts = (client: WsClient) => client.raw.filter((text) => text.startsWith('{"type":"event"'));
@@ -61,16 +33,20 @@ describe('two tether serve processes on one NATS', () => {
     // Driven through A over its socket: messages, and a command with output.
     for (const content of ['one', 'two', 'three']) {
       onA.sendMessage(content);
-      await eventually(
+      await until(
         async () => (repliesTo(await allEvents(a.baseUrl, id), content).length === 1 ? true : undefined),
         `the answer to "${content}"`,
+        SERVER_WAIT,
       );
     }
     onA.send({ type: 'user_action', action: { type: 'run', command: 'seq 1 500' } });
-    const log = await eventually(async () => {
-      const events = await allEvents(a.baseUrl, id);
-      return events.some((e) => e.event.type === 'command_output') && endsAwaiting(events) ? events : undefined;
-    }, 'the command and its output');
+    const log = await eventsWhen(
+      a,
+      id,
+      'the command and its output',
+      (events) => events.some((e) => e.event.type === 'command_output') && endsAwaiting(events),
+      30_000,
+    );
 
     await onB.waitUntil(() => onB.lastSeq() >= log.at(-1)!.seq, { what: "every event on B's client" });
     await onA.waitUntil(() => onA.lastSeq() >= log.at(-1)!.seq, { what: "every event on A's client" });

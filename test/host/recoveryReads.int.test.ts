@@ -75,13 +75,11 @@ describe('recovery after a restart', () => {
     });
     expect(busy).toBe('busy');
     const sessions = await Promise.all(idle.map((id, i) => first.session(id, `user${i % 7}`)));
-    await until(
-      () => sessions.every((s) => s.state === 'awaiting_user_input'),
-      'every idle conversation settled',
-      60_000,
-    );
+    await until(() => sessions.every((s) => s.state === 'awaiting_user_input'), 'every idle conversation settled', {
+      timeoutMs: 60_000,
+    });
     const busySession = await first.session(busy, 'user0');
-    await until(() => busySession.state === 'running', 'the busy conversation running', 60_000);
+    await until(() => busySession.state === 'running', 'the busy conversation running', { timeoutMs: 60_000 });
     // The index is written before each caller is answered, but the last steps here were the runtime's own: wait for them.
     await until(async () => {
       const markers = await stores.conversations.markers();
@@ -96,7 +94,9 @@ describe('recovery after a restart', () => {
     expect(afterCrash.callsFor(busy)).toContain('last');
     expect(second.isLive(busy)).toBe(true);
     const back = await second.session(busy, 'user0');
-    await until(() => back.state === 'awaiting_user_input', 'the busy conversation finishing its step', 60_000);
+    await until(() => back.state === 'awaiting_user_input', 'the busy conversation finishing its step', {
+      timeoutMs: 60_000,
+    });
     // The index no longer says the idle ones are in memory (the process that held them is gone).
     const page = await second.queries.list('user3', { limit: 1000 });
     expect(page.items.length).toBeGreaterThan(100);

@@ -38,14 +38,14 @@ async function withSetupScript(script: string) {
 describe('workspace set-up', () => {
   it('runs the workspace set-up script before the agent starts', async () => {
     const { m, id, root, state } = await withSetupScript('echo prepared > prepared.txt\n');
-    await until(async () => (await state()) === 'awaiting_user_input', 'the start', 10_000);
+    await until(async () => (await state()) === 'awaiting_user_input', 'the start', { timeoutMs: 10_000 });
     expect(await readFile(join(root, id, 'prepared.txt'), 'utf8')).toBe('prepared\n');
     await m.shutdown();
   });
 
   it('fails the start with the reason when the set-up script fails', async () => {
     const { m, events, state } = await withSetupScript('echo missing dependency >&2; exit 3\n');
-    await until(async () => (await state()) === 'error', 'the failed start', 10_000);
+    await until(async () => (await state()) === 'error', 'the failed start', { timeoutMs: 10_000 });
     const lost = (await events()).find((e) => e.type === 'runtime_status' && e.data.status === 'disconnected');
     expect(lost?.type === 'runtime_status' && lost.data.message).toMatch(
       /setup\.sh failed \(exit 3\).*missing dependency/s,

@@ -1,30 +1,30 @@
 import type { Page } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ConversationState, LoggedEvent } from '../../protocol/index.ts';
 import { offMachine, openBrowser, type PageSession } from '../support/browser.ts';
-import { http, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { useE2e } from '../support/e2e.ts';
+import { http, type ServerProcess } from '../support/serverProcess.ts';
 
 // The page against a real server (its own nats-server), in Debian's Chromium.
 const TOKEN = 'page-test-token';
 const AGENT_DELAY_MS = 700;
 const UI_MS = 15_000;
 
+const e2e = useE2e();
 let server: ServerProcess;
 let browser: PageSession;
 let page: Page;
 
 beforeAll(async () => {
   [server, browser] = await Promise.all([
-    startServer({ env: { TETHER_TOKENS: `${TOKEN}:ada`, TETHER_AGENT_DELAY_MS: String(AGENT_DELAY_MS) } }),
-    openBrowser(),
+    e2e.start({ env: { TETHER_TOKENS: `${TOKEN}:ada`, TETHER_AGENT_DELAY_MS: String(AGENT_DELAY_MS) } }),
+    openBrowser().then((opened) => {
+      e2e.onCleanup(() => opened.close());
+      return opened;
+    }),
   ]);
   page = browser.page;
 }, 60_000);
-
-afterAll(async () => {
-  await browser?.close();
-  await server?.stop();
-});
 
 /** What the page may log as an error: the 401s before a token is given, reconnects while offline. */
 const EXPECTED_ERRORS = /status of 401|WebSocket connection to .* net::ERR_INTERNET_DISCONNECTED/;

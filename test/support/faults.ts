@@ -2,7 +2,8 @@ import { readFileSync, readdirSync } from 'node:fs';
 import type { AgentState, LoggedEvent } from '../../protocol/index.ts';
 import { allEvents, http, type HttpResult, type ServerExit, type ServerProcess } from './serverProcess.ts';
 import { repliesTo } from './logQueries.ts';
-import type { WsClient } from './wsClient.ts';
+import { until } from './until.ts';
+import type { Frame, WsClient } from './wsClient.ts';
 
 /**
  * Helpers for fault tests: killing the processes, probing readiness, and
@@ -129,34 +130,26 @@ export async function untilQuiet(
   options: { timeoutMs?: number; stableMs?: number } = {},
 ): Promise<Map<string, LoggedEvent[]>> {
   const { timeoutMs = 60_000, stableMs = 500 } = options;
-  const deadline = Date.now() + timeoutMs;
   let previous = new Map<string, number>();
   let logs = new Map<string, LoggedEvent[]>();
   let unsettled: string[] = [...ids];
-  let readError: string | undefined;
-  while (Date.now() < deadline) {
-    await Promise.all(unsettled.map((id) => http(baseUrl, 'GET', `/api/conversations/${id}`).catch(() => undefined)));
-    try {
+  const left = () =>
+    unsettled
+      .map((id) => `${id}: ends with ${JSON.stringify(logs.get(id)?.at(-1)?.event ?? null).slice(0, 200)}`)
+      .join('; ') || 'their logs kept moving';
+  return until(
+    async () => {
+      await Promise.all(unsettled.map((id) => http(baseUrl, 'GET', `/api/conversations/${id}`).catch(() => undefined)));
+      // A read that fails is tried again after the pause, with the last error named on timeout.
       logs = new Map(await Promise.all(ids.map(async (id) => [id, await allEvents(baseUrl, id)] as const)));
-      readError = undefined;
-    } catch (err) {
-      readError = err instanceof Error ? err.message : JSON.stringify(err);
-      await sleep(stableMs);
-      continue;
-    }
-    unsettled = ids.filter((id) => !settled(logs.get(id)!));
-    const lastSeqs = new Map(ids.map((id) => [id, logs.get(id)!.at(-1)?.seq ?? 0]));
-    const moved = ids.some((id) => previous.get(id) !== lastSeqs.get(id));
-    if (unsettled.length === 0 && !moved) return logs;
-    previous = lastSeqs;
-    await sleep(stableMs);
-  }
-  const describe = unsettled.map(
-    (id) => `${id}: ends with ${JSON.stringify(logs.get(id)?.at(-1)?.event ?? null).slice(0, 200)}`,
-  );
-  const failedRead = readError === undefined ? '' : `; the last read of the logs failed: ${readError}`;
-  throw new Error(
-    `conversations did not settle within ${timeoutMs} ms: ${describe.join('; ') || 'their logs kept moving'}${failedRead}`,
+      unsettled = ids.filter((id) => !settled(logs.get(id)!));
+      const lastSeqs = new Map(ids.map((id) => [id, logs.get(id)!.at(-1)?.seq ?? 0]));
+      const moved = ids.some((id) => previous.get(id) !== lastSeqs.get(id));
+      previous = lastSeqs;
+      return unsettled.length === 0 && !moved && logs;
+    },
+    () => `the conversations to settle (${left()})`,
+    { timeoutMs, everyMs: stableMs, retryErrors: true },
   );
 }
 
@@ -242,7 +235,7 @@ export function crashLogProblems(where: string, log: readonly LoggedEvent[], exp
 export function describeLog(events: readonly LoggedEvent[], max = 60): string {
   const lines = events.map(
     ({ seq, event }) =>
-      `${seq} #${event.id} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
+      `${seq} #${event.id} ${event.ts} ${event.source} ${event.type} ${JSON.stringify(event.data).slice(0, 80)}${event.cause === undefined ? '' : ` cause=${event.cause}`}`,
   );
   return lines.length > max
     ? [...lines.slice(0, 10), `… ${lines.length - max} more …`, ...lines.slice(-(max - 10))].join('\n')
@@ -266,6 +259,13 @@ export async function inPool<T, R>(
   await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
   return results;
 }
+
+/** The event frame of the user message with this content. */
+export const isUserMessageFrame = (frame: Frame, content: string) =>
+  frame.type === 'event' &&
+  frame.event.source === 'user' &&
+  frame.event.type === 'message' &&
+  frame.event.data.content === content;
 
 /** A ws connection and the cursor it was opened with. */
 export interface Connection {

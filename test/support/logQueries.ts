@@ -1,4 +1,5 @@
 // Questions the end-to-end tests ask of a conversation's stored log.
+import { expect } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
 
 /** The agent state the last `agent_state_changed` recorded, or 'none'. */
@@ -25,4 +26,10 @@ export function repliesTo(events: readonly LoggedEvent[], content: string): Logg
   return events.filter(
     (e) => e.event.source === 'agent' && e.event.type === 'message' && e.event.data.content.startsWith(quote),
   );
+}
+
+/** Ids dense from 0 and seqs increasing, as a conversation's log must have them. */
+export function expectDenseIds(events: readonly LoggedEvent[]): void {
+  expect(events.map((e) => e.event.id)).toEqual(events.map((_, i) => i));
+  expect(events.every((e, i) => i === 0 || e.seq > events[i - 1]!.seq)).toBe(true);
 }

@@ -9,6 +9,7 @@ import { startEmbeddedNats, type EmbeddedNats } from '../../src/store/embeddedNa
 import { connectNats } from '../../src/store/natsConnection.ts';
 import { natsBinary } from './natsBinary.ts';
 import { freePort } from './serverProcess.ts';
+import { until } from './until.ts';
 
 const READY_TIMEOUT_MS = 20_000;
 const EXIT_TIMEOUT_MS = 10_000;
@@ -204,13 +205,11 @@ export async function connectionNames(server: ClusterServer): Promise<string[]> 
 
 /** Polls until a stream replicated on every server (up to 5) can be created, then deletes it. */
 async function untilJetStreamReady(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
   const nc = await connectNats(nodes.map((node) => node.url).join(','), { name: 'tether-cluster-ready' });
   const probe = `CLUSTER_READY_${randomBytes(4).toString('hex').toUpperCase()}`;
-  let last: unknown;
   try {
-    while (Date.now() < deadline) {
-      try {
+    await until(
+      async () => {
         const jsm = await jetstreamManager(nc, { timeout: 2_000, checkAPI: false });
         await jsm.getAccountInfo();
         await jsm.streams.add({
@@ -220,18 +219,17 @@ async function untilJetStreamReady(nodes: ClusterNode[], timeoutMs: number): Pro
           num_replicas: Math.min(nodes.length, 5),
         });
         await jsm.streams.delete(probe);
-        return;
-      } catch (err) {
-        last = err;
-        await sleep(100);
-      }
-    }
+        return true;
+      },
+      'JetStream to be ready cluster-wide',
+      { timeoutMs, everyMs: 100, retryErrors: true },
+    ).catch((err: unknown) => {
+      const logs = nodes.map((node) => `--- ${node.name} (${node.url}) ---\n${node.logTail()}`).join('\n');
+      throw new Error(`${err instanceof Error ? err.message : String(err)}\n${logs}`);
+    });
   } finally {
     await nc.close();
   }
-  const reason = last instanceof Error ? last.message : String(last);
-  const logs = nodes.map((node) => `--- ${node.name} (${node.url}) ---\n${node.logTail()}`).join('\n');
-  throw new Error(`JetStream was not ready cluster-wide within ${timeoutMs} ms: ${reason}\n${logs}`);
 }
 
 function clusterOf(nodes: ClusterNode[]): NatsCluster {

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LoggedEvent } from '../../protocol/index.ts';
+import { SERVER_WAIT, until } from './until.ts';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const BIN = join(ROOT, 'bin', 'tether.js');
@@ -162,19 +163,17 @@ async function startOnce(
 async function waitUntilHealthy(baseUrl: string, exited: Promise<ServerExit>): Promise<'ready' | 'exited' | 'timeout'> {
   let hasExited = false;
   void exited.then(() => (hasExited = true));
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  while (Date.now() < deadline) {
-    if (hasExited) return 'exited';
-    try {
-      const res = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(2_000) });
-      await res.body?.cancel();
-      if (res.status === 200 && !hasExited) return 'ready';
-    } catch {
-      // Not listening yet.
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return 'timeout';
+  const healthy = async () => {
+    const res = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(2_000) });
+    await res.body?.cancel();
+    return res.status === 200 && !hasExited;
+  };
+  // A request that fails: not listening yet.
+  return until(async () => (hasExited ? 'exited' : (await healthy()) && 'ready'), `${baseUrl}/healthz`, {
+    timeoutMs: READY_TIMEOUT_MS,
+    everyMs: 100,
+    retryErrors: true,
+  }).catch(() => 'timeout' as const);
 }
 
 export interface HttpResult<T = unknown> {
@@ -261,30 +260,17 @@ export function eventsWhen(
   test: (events: LoggedEvent[]) => boolean,
   timeoutMs = 60_000,
 ): Promise<LoggedEvent[]> {
-  return eventually(
+  return until(
     async () => {
       const events = await allEvents(server.baseUrl, conversationId);
-      return test(events) ? events : undefined;
+      return test(events) && events;
     },
     what,
-    timeoutMs,
+    { ...SERVER_WAIT, timeoutMs },
   );
 }
 
-/** Polls `probe` until it returns a value other than undefined (bounded). */
-export async function eventually<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const value = await probe();
-      if (value !== undefined) return value;
-    } catch (err) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(
-    `timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : last ? `: ${JSON.stringify(last)}` : ''}`,
-  );
+/** `until` at SERVER_WAIT's pace, for the callers not moved to `until` yet (test/store/natsCluster.cluster.test.ts). */
+export function eventually<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 30_000): Promise<T> {
+  return until(probe, what, { ...SERVER_WAIT, timeoutMs });
 }
