@@ -1,15 +1,14 @@
 import type { PassivationReason, UserAction } from '../../protocol/index.ts';
-import type { ClusterBus } from '../store/index.ts';
+import type { AppendResult, ClusterBus } from '../store/index.ts';
 import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
 import { ClusterOwnership, type Ownership } from './ownership.ts';
-import type { Session, SubmitResult } from '../conversation/session.ts';
 
 /** What the router needs of the node's session host. */
 export interface RouterHost {
-  /** The conversation's session in this process, if it runs here. */
-  live(conversationId: string): Session | undefined;
+  /** Whether the conversation's session runs in this process. */
+  isLive(conversationId: string): boolean;
   /** Applies an action to the session here (claimed and brought back when needed); NotOwnerError when another node owns it. */
-  actHere(conversationId: string, user: string, action: UserAction, clientId: string): Promise<SubmitResult>;
+  actHere(conversationId: string, user: string, action: UserAction, clientId: string): Promise<AppendResult>;
   /** Deletes the conversation here (claimed when needed); NotOwnerError when another node owns it. */
   deleteHere(conversationId: string, user: string): Promise<void>;
   passivate(conversationId: string, reason: PassivationReason): Promise<void>;
@@ -50,8 +49,8 @@ export class ClusterRouter {
   async routed(
     conversationId: string,
     request: () => ForwardRequest,
-    here: (afterForward: boolean) => Promise<SubmitResult>,
-  ): Promise<SubmitResult> {
+    here: (afterForward: boolean) => Promise<AppendResult>,
+  ): Promise<AppendResult> {
     if (!this.#ownership.clustered || !this.#bus) return here(false);
     const lease = this.#leaseMs;
     const until = performance.now() + 3 * lease;
@@ -110,6 +109,6 @@ export class ClusterRouter {
   }
 
   #isLive(conversationId: string): boolean {
-    return this.#host.live(conversationId) !== undefined;
+    return this.#host.isLive(conversationId);
   }
 }

@@ -8,15 +8,13 @@ import {
 } from '../../machines/index.ts';
 import type { AgentState, PassivationReason, StoredEvent, UserAction } from '../../protocol/index.ts';
 import type { AgentContext } from '../agent/index.ts';
-import type { CheckpointStore, SnapshotStore } from '../store/index.ts';
+import type { AppendResult, CheckpointStore, SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
 import { ConversationNotFoundError, IllegalTransitionError, SessionUnavailableError } from '../errors.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
 import { SessionEffects } from './sessionEffects.ts';
 import type { SessionIndexHook } from './sessionIndex.ts';
-import { SessionLog, type SubmitResult } from './sessionLog.ts';
-
-export type { SubmitResult } from './sessionLog.ts';
+import { SessionLog } from './sessionLog.ts';
 
 export interface SessionDeps extends EffectDeps {
   snapshots: SnapshotStore;
@@ -159,7 +157,7 @@ export class Session {
   }
 
   /** A user's action. A retry with the same `clientId` is stored once. */
-  act(action: UserAction, clientId?: string): Promise<SubmitResult> {
+  act(action: UserAction, clientId?: string): Promise<AppendResult> {
     return this.#mailboxed(() => this.#decideAndApply({ type: 'user_action', action }, clientId));
   }
 
@@ -167,7 +165,7 @@ export class Session {
    * Decides, stores and applies one input. Rejects with IllegalTransitionError
    * when the decider refuses it (nothing stored).
    */
-  decide(input: DecisionInput): Promise<SubmitResult> {
+  decide(input: DecisionInput): Promise<AppendResult> {
     return this.#mailboxed(() => this.#decideAndApply(input));
   }
 
@@ -220,7 +218,7 @@ export class Session {
   }
 
   /** Read, decide, append, apply: the only way anything changes. */
-  async #decideAndApply(input: DecisionInput, msgId?: string): Promise<SubmitResult> {
+  async #decideAndApply(input: DecisionInput, msgId?: string): Promise<AppendResult> {
     if (this.#released !== null) throw new SessionUnavailableError(this.conversationId, this.#released);
     const before = this.snapshot;
     // Secrets reach the runtime's environment, never the log (nor, so, any frame or REST answer).
@@ -245,7 +243,7 @@ export class Session {
         events: decision.events.map((e) => e.type),
       });
     await this.#deps.index?.beforeAppend(before, decision.events);
-    let first: SubmitResult | undefined;
+    let first: AppendResult | undefined;
     for (const event of decision.events) {
       const result = await this.#log.append(event, first === undefined ? msgId : undefined);
       // A retried action stored once already: nothing of this decision is stored.

@@ -5,6 +5,7 @@ import type { StoredEvent } from '../../protocol/index.ts';
 import { EVENT_VERSION } from '../../protocol/index.ts';
 import {
   VersionConflictError,
+  type AppendResult,
   type CheckpointStore,
   type EventLog,
   type SnapshotRecord,
@@ -14,11 +15,6 @@ import { SessionUnavailableError } from '../errors.ts';
 
 /** Events per read when the agent's context is rebuilt from the log: the memory it takes is one page. */
 const REBUILD_PAGE = 1_000;
-
-export interface SubmitResult {
-  seq: number;
-  duplicate: boolean;
-}
 
 export interface SessionLogDeps {
   log: EventLog;
@@ -112,7 +108,7 @@ export class SessionLog {
   }
 
   /** Appends one event; any fault other than a refused duplicate releases the session, so that it is rehydrated from the log. */
-  async append(event: StoredEvent, msgId?: string): Promise<SubmitResult> {
+  async append(event: StoredEvent, msgId?: string): Promise<AppendResult> {
     if (this.#deps.leaseValid?.() === false) {
       // Fenced: after a lapse another node may own the conversation and not have written yet.
       this.#onFault('the lease lapsed');
@@ -152,7 +148,7 @@ export class SessionLog {
    * the expected sequence, so an append expecting an impossible sequence
    * answers a duplicate with its original seq and stores nothing otherwise.
    */
-  async probeDuplicate(msgId: string): Promise<SubmitResult | null> {
+  async probeDuplicate(msgId: string): Promise<AppendResult | null> {
     // Any event will do: expecting an impossible sequence, it is never stored.
     const probe: StoredEvent = {
       v: EVENT_VERSION,

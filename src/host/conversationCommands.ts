@@ -5,7 +5,7 @@ import type { CreateConversationBody, UserAction } from '../../protocol/index.ts
 import type { ClusterRouter } from '../cluster/clusterRouter.ts';
 import { NotOwnerError, type ForwardRequest } from '../cluster/forwarding.ts';
 import { LeaseLapsedError, type Ownership } from '../cluster/ownership.ts';
-import { Session, type SubmitResult } from '../conversation/session.ts';
+import { Session } from '../conversation/session.ts';
 import { readStoredState } from '../conversation/storedState.ts';
 import {
   ConversationNotFoundError,
@@ -15,6 +15,7 @@ import {
 } from '../errors.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { ConnectPoint, ConversationReads } from '../queries/conversationReads.ts';
+import type { AppendResult } from '../store/index.ts';
 import type { ConversationForks } from './forking.ts';
 import type { HostDeps, SessionLimits } from './hostDeps.ts';
 import type { LiveSessions } from './liveSessions.ts';
@@ -26,7 +27,7 @@ import type { SessionFactory } from './sessionFactory.ts';
 export interface ConversationCommands {
   create(user: string, body: CreateConversationBody): Promise<{ conversation_id: string }>;
   /** Applies a user action (stored once per `clientId`); on another node's conversation, through its owner. */
-  act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<SubmitResult>;
+  act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<AppendResult>;
   /** A new conversation of the user from the parent's events through `atSeq`; it runs here. */
   fork(parentId: string, user: string, atSeq: number): Promise<{ conversation_id: string }>;
   /** Ends the conversation for good (`session_closed`, which its followers see), then purges it. */
@@ -103,7 +104,7 @@ export class HostCommands implements ConversationCommands {
     return { conversation_id: conversationId };
   }
 
-  act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<SubmitResult> {
+  act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<AppendResult> {
     // A forwarded action carries an id, so that sending it again (its owner died or moved) stores it once.
     let forwardId: string | undefined;
     const idOf = () => (forwardId ??= clientId ?? `fwd-${randomUUID()}`);
@@ -115,7 +116,7 @@ export class HostCommands implements ConversationCommands {
   }
 
   /** An action on this node's session. One that meets its session leaving memory waits and goes to the one that comes back. */
-  async actHere(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<SubmitResult> {
+  async actHere(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<AppendResult> {
     for (let attempt = 0; ; attempt++) {
       const session = await this.session(conversationId, user);
       try {

@@ -111,7 +111,7 @@ export class NodeHost {
     });
     this.#router = new ClusterRouter(
       {
-        live: (id) => live.get(id),
+        isLive: (id) => live.get(id) !== undefined,
         actHere: (id, user, action, clientId) => this.commands.actHere(id, user, action, clientId),
         deleteHere: (id, user) => this.commands.deleteHere(id, user),
         passivate: (id, reason) => live.passivate(id, reason),
