@@ -1,15 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { kvCheckpointStore, type NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, freshBucket } from '../support/nats.ts';
+import { freshBucket, useTestNats } from '../support/nats.ts';
 import { checkpointStoreContract } from './checkpointStoreContract.ts';
 import { snapshotRecord } from './snapshotStoreContract.ts';
 
 let nc: NatsConnection;
-beforeAll(async () => {
-  nc = await connectTestNats();
-});
-afterAll(() => nc.close());
+useTestNats((connected) => (nc = connected));
 
 checkpointStoreContract('KvCheckpointStore', async () => kvCheckpointStore(nc, { bucket: freshBucket(nc) }));
 

@@ -1,15 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { kvConversationStore } from '../../src/store/kvConversationStore.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, freshBucket } from '../support/nats.ts';
+import { freshBucket, useTestNats } from '../support/nats.ts';
 import { conversationStoreContract, entry } from './conversationStoreContract.ts';
 
 let nc: NatsConnection;
-beforeAll(async () => {
-  nc = await connectTestNats();
-});
-afterAll(() => nc.close());
+useTestNats((connected) => (nc = connected));
 
 conversationStoreContract('KvConversationStore', async () => kvConversationStore(nc, { bucket: freshBucket(nc) }));
 

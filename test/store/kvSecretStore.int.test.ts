@@ -1,17 +1,14 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { kvSecretStore, SecretsUnsealError, type NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, freshBucket, uniqueBucketName } from '../support/nats.ts';
+import { freshBucket, uniqueBucketName, useTestNats } from '../support/nats.ts';
 import { newConversationId } from './eventLogContract.ts';
 import { secretStoreContract, someSecrets } from './secretStoreContract.ts';
 
 let nc: NatsConnection;
-beforeAll(async () => {
-  nc = await connectTestNats();
-});
-afterAll(() => nc.close());
+useTestNats((connected) => (nc = connected));
 
 secretStoreContract('KvSecretStore', async () => kvSecretStore(nc, { key: randomBytes(32), bucket: freshBucket(nc) }));
 

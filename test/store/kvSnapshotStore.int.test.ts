@@ -1,14 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { describe, expect, test } from 'vitest';
 import { Kvm } from '@nats-io/kv';
 import { kvSnapshotStore, type NatsConnection } from '../../src/store/index.ts';
-import { connectTestNats, freshBucket } from '../support/nats.ts';
+import { freshBucket, useTestNats } from '../support/nats.ts';
 import { snapshotRecord, snapshotStoreContract } from './snapshotStoreContract.ts';
 
 let nc: NatsConnection;
-beforeAll(async () => {
-  nc = await connectTestNats();
-});
-afterAll(() => nc.close());
+useTestNats((connected) => (nc = connected));
 
 snapshotStoreContract('KvSnapshotStore', async () => kvSnapshotStore(nc, { bucket: freshBucket(nc) }));
 

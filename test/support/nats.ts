@@ -1,7 +1,7 @@
 // Helpers for *.int.test.ts files: the run's nats-server and names no other test uses.
 import { randomBytes } from 'node:crypto';
 import { Kvm } from '@nats-io/kv';
-import { inject, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, inject, onTestFinished } from 'vitest';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
 
@@ -36,4 +36,17 @@ export function freshBucket(nc: NatsConnection): string {
     await (await new Kvm(nc).open(bucket)).destroy();
   });
   return bucket;
+}
+
+/**
+ * Connects to the run's nats-server once for the calling file (before its
+ * tests, closed after them) and hands the connection to `use`.
+ */
+export function useTestNats(use: (nc: NatsConnection) => void): void {
+  let nc: NatsConnection | undefined;
+  beforeAll(async () => {
+    nc = await connectTestNats();
+    use(nc);
+  });
+  afterAll(() => nc?.close());
 }
