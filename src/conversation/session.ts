@@ -111,7 +111,7 @@ export class Session {
   }
 
   /**
-   * Ends a conversation that is not in memory, from its loaded state: the
+   * Ends a conversation that is not in memory, from its stored state: the
    * session is rebuilt only to decide and store `session_closed` (no effect
    * starts: an ended conversation asks for none), then released.
    */

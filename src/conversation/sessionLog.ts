@@ -47,7 +47,7 @@ export class SessionLog {
   readonly #conversationId: string;
   readonly #deps: SessionLogDeps;
   readonly #onFault: (reason: string) => void;
-  /** Null until first needed after a snapshot restore: then built once from the log. */
+  /** Null until first needed after a rehydration from a snapshot: then built once from the log. */
   #context: AgentContext | null;
   #lastSeq: number;
   #nextEventId: number;
@@ -87,8 +87,8 @@ export class SessionLog {
   }
 
   /**
-   * The agent's context, up to date with every stored event. After a snapshot
-   * restore it is built on first use from the log, read once in pages;
+   * The agent's context, up to date with every stored event. After a rehydration
+   * from a snapshot it is built on first use from the log, read once in pages;
    * `mailboxed` orders that read with the session's appends.
    */
   agentContext(mailboxed: <T>(work: () => Promise<T>) => Promise<T>): Promise<AgentContext> {

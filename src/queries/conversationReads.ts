@@ -63,7 +63,7 @@ export interface Peek {
  * The read side of the actor host: the list, a conversation's info, its
  * events. Reads never wake a conversation: they use the session in memory
  * when there is one, and otherwise the index and a pure fold of the
- * snapshot and the log, storing nothing and loading nothing.
+ * snapshot and the log, storing nothing and bringing nothing into memory.
  */
 export class ConversationReads {
   readonly #deps: ReadDeps;
@@ -76,7 +76,7 @@ export class ConversationReads {
 
   /**
    * One page of the user's conversations, newest first, from the user's index
-   * (no other user's entries are read, no session is loaded); `last_seq` is
+   * (no other user's entries are read, no session is rehydrated); `last_seq` is
    * read from the log now, one direct get per item.
    */
   async list(user: string, page: { limit: number; after?: ListPosition }): Promise<ConversationPage> {
@@ -119,7 +119,7 @@ export class ConversationReads {
    * The conversation right after its event at `atSeq` (default: its last
    * event): a pure fold from the nearest checkpoint before it (or from the
    * creation), reading only the events up to it. Nothing runs, nothing is
-   * stored, nothing is loaded. BadSeqError when `atSeq` is not one of its events.
+   * stored, nothing is rehydrated. BadSeqError when `atSeq` is not one of its events.
    */
   async stateAt(conversationId: string, user: string, atSeq?: number): Promise<ConversationState> {
     await this.entryOf(conversationId, user);
@@ -184,9 +184,9 @@ export class ConversationReads {
     if (live && !live.released && live.snapshot) {
       return { snapshot: live.snapshot, throughSeq: live.lastSeq, live: true };
     }
-    const loaded = await readStoredState(this.#deps.log, this.#deps.snapshots, conversationId);
-    if (!loaded) throw new ConversationNotFoundError(conversationId);
-    const { snapshot, lastSeq } = loaded.state;
+    const stored = await readStoredState(this.#deps.log, this.#deps.snapshots, conversationId);
+    if (!stored) throw new ConversationNotFoundError(conversationId);
+    const { snapshot, lastSeq } = stored.state;
     return { snapshot, throughSeq: lastSeq, live: false };
   }
 }
