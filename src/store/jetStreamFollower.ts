@@ -1,6 +1,7 @@
-import type { ConsumerMessages, JetStreamManager } from '@nats-io/jetstream';
+import type { JetStreamManager } from '@nats-io/jetstream';
 import type { NatsConnection, Status } from '@nats-io/transport-node';
 import { parseStoredEvent } from '../../protocol/index.ts';
+import { CreditedPull } from './creditedPull.ts';
 import type { FollowHandlers, LogFollower } from './eventLog.ts';
 import type { OrderedConsumers } from './orderedConsumers.ts';
 
@@ -21,20 +22,20 @@ export interface JetStreamFollowerOptions {
   jsm: JetStreamManager;
   stream: string;
   subjectPrefix: string;
-  /** The bytes one pull may ask for (see pullBytes). */
+  /** The bytes one pull request may ask for (see pullBytes). */
   maxBytes: number;
 }
 
 /**
- * One ordered consumer on every conversation's subject (`<prefix>.*.events`),
- * from the stream's next sequence when the follow starts. An ordered consumer
- * recreates itself after a hiccup at the sequence after the last one it
- * delivered; when it gives up (the connection closed for a while, the
- * consumer lost), the follow opens a new one at that same sequence, so no
- * event is skipped. It does so at once when the connection comes back: the
- * ordered consumer would only notice missed heartbeats many seconds later. Two
- * missed heartbeats (the server that held the consumer died) open a new one too. A conversation's events are parsed only while someone
- * wants them; the parsed event keeps the stored bytes for its frames.
+ * One consumer on every conversation's subject (`<prefix>.*.events`), from the
+ * stream's next sequence when the follow starts, pulled by a CreditedPull
+ * (bounded in messages and bytes per request, never paused between them).
+ * When the pull ends (a skipped message, two missed heartbeats because the
+ * server that held the consumer died, a refused request) or the connection
+ * comes back after a drop, the follow opens a new consumer at the sequence
+ * after the last one it delivered, so no event is skipped. A conversation's
+ * events are parsed only while someone wants them; the parsed event keeps the
+ * stored bytes for its frames.
  */
 export class JetStreamFollower implements LogFollower {
   readonly ready: Promise<void>;
@@ -42,7 +43,7 @@ export class JetStreamFollower implements LogFollower {
   readonly #handlers: FollowHandlers;
   /** The stream sequence the next consumer starts at. */
   #next = 0;
-  #messages: ConsumerMessages | undefined;
+  #pull: CreditedPull | undefined;
   #stopped = false;
   #wake: (() => void) | undefined;
   #restartNow = false;
@@ -64,22 +65,9 @@ export class JetStreamFollower implements LogFollower {
     // Without this the connection keeps the iterator as a status listener until its next status event,
     // and a follow that starts and stops as sessions come and go would leave one behind each time.
     (this.#statuses as AsyncIterable<unknown> & { stop?: () => void }).stop?.();
-    this.#messages?.stop();
+    this.#pull?.stop();
     this.#wake?.();
     await this.#done;
-  }
-
-  async #restartOnSilence(messages: ConsumerMessages): Promise<void> {
-    try {
-      for await (const note of messages.status()) {
-        if (note.type !== 'heartbeats_missed') continue;
-        this.#restartNow = true;
-        messages.stop();
-        return;
-      }
-    } catch {
-      // The messages stopped: so did their notifications.
-    }
   }
 
   async #restartOnReconnect(statuses: AsyncIterable<Status>): Promise<void> {
@@ -88,7 +76,7 @@ export class JetStreamFollower implements LogFollower {
         if (this.#stopped) return;
         if (status.type !== 'reconnect') continue;
         this.#restartNow = true;
-        this.#messages?.stop();
+        this.#pull?.stop();
         this.#wake?.();
       }
     } catch {
@@ -97,7 +85,7 @@ export class JetStreamFollower implements LogFollower {
   }
 
   async #run(started: () => void): Promise<void> {
-    const { consumers, jsm, stream, subjectPrefix, maxBytes } = this.#options;
+    const { nc, consumers, jsm, stream, subjectPrefix, maxBytes } = this.#options;
     const filter = `${subjectPrefix}.*.events`;
     const idFrom = subjectPrefix.length + 1;
     while (!this.#stopped) {
@@ -113,19 +101,20 @@ export class JetStreamFollower implements LogFollower {
           () => this.#stopped,
         );
         if (this.#stopped) break;
-        const messages = (this.#messages = await consumer.consume({
-          max_bytes: maxBytes,
-          idle_heartbeat: HEARTBEAT_MS,
-        }));
-        if (this.#stopped) messages.stop();
-        void this.#restartOnSilence(messages);
-        for await (const m of messages) {
-          this.#next = m.seq + 1;
-          const conversationId = m.subject.slice(idFrom, m.subject.length - '.events'.length);
-          if (!this.#handlers.wants(conversationId, m.seq)) continue;
-          // A copy: the message's bytes are a view of the connection's read buffer.
-          this.#handlers.event(conversationId, { seq: m.seq, event: parseStoredEvent(m.data.slice()) });
-        }
+        const { name } = await consumer.info(true);
+        const pull = (this.#pull = new CreditedPull(
+          { nc, stream, consumer: name, maxBytes, heartbeatMs: HEARTBEAT_MS },
+          (m, seq) => {
+            this.#next = seq + 1;
+            const conversationId = m.subject.slice(idFrom, m.subject.length - '.events'.length);
+            if (!this.#handlers.wants(conversationId, seq)) return;
+            // A copy: the message's bytes are a view of the connection's read buffer.
+            this.#handlers.event(conversationId, { seq, event: parseStoredEvent(m.data.slice()) });
+          },
+        ));
+        if (this.#stopped) pull.stop();
+        // Silent (the server that held the consumer died) or a skipped message: a new consumer at once.
+        if ((await pull.done) !== 'stopped') this.#restartNow = true;
         consumer.delete().catch(() => {});
       } catch (err) {
         if (this.#stopped) break;
