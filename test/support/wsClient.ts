@@ -271,22 +271,6 @@ export function wsUrlFor(wsUrl: string, conversationId: string, afterSeq?: numbe
   return url.toString();
 }
 
-/**
- * Opens a client on a conversation and waits for its `sync` frame; the client is
- * added to `opened`, so that the test can close whatever it opened.
- */
-export async function connectSynced(
-  wsUrl: string,
-  opened: WsClient[],
-  conversationId: string,
-  afterSeq?: number,
-): Promise<WsClient> {
-  const client = await WsClient.connect(wsUrlFor(wsUrl, conversationId, afterSeq));
-  opened.push(client);
-  await client.waitFor((f) => f.type === 'sync', { what: 'the sync frame' });
-  return client;
-}
-
 /** What a socket's error event says: `ws` gives the Error (a refused handshake's "Unexpected server response: 404"). */
 function socketError(event: unknown): Error {
   const error = (event as { error?: unknown }).error;
