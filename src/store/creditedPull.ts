@@ -48,6 +48,10 @@ export class CreditedPull {
   #end!: (end: PullEnd) => void;
   #fail!: (err: Error) => void;
   #ended = false;
+  /**
+   * Beats, not a timestamp: after the event loop was blocked the timer may run
+   * before the socket is read, and one beat of grace keeps that from looking silent.
+   */
   #heard = true;
   #silentBeats = 0;
   /** The consumer's sequence of the last message delivered: each next one is this plus one. */

@@ -41,6 +41,18 @@ async function settle(m: NodeHost, id: string, state = 'awaiting_user_input'): P
   throw new Error(`conversation never reached ${state}`);
 }
 
+/** A conversation that answered its first message, then passivated by its host's shutdown; the stores stay. */
+async function passivatedOnShutdown() {
+  const log = memoryEventLog();
+  const conversations = memoryConversationStore();
+  const snapshots = memorySnapshotStore();
+  const first = manager(log, conversations, snapshots);
+  const { conversation_id: id } = await first.commands.create('local', { ...defaults, initial_message: 'one' });
+  await settle(first, id);
+  await first.shutdown();
+  return { log, conversations, snapshots, id };
+}
+
 async function allEvents(log: EventLog, id: string): Promise<StoredEvent[]> {
   return (await log.read(id)).items.map((i: LoggedEvent) => i.event);
 }
@@ -147,13 +159,7 @@ describe('a node host', () => {
   });
 
   it('passivates on shutdown and comes back from its snapshot in a new process, continuing with dense ids', async () => {
-    const log = memoryEventLog();
-    const conversations = memoryConversationStore();
-    const snapshots = memorySnapshotStore();
-    const first = manager(log, conversations, snapshots);
-    const { conversation_id: id } = await first.commands.create('local', { ...defaults, initial_message: 'one' });
-    await settle(first, id);
-    await first.shutdown();
+    const { log, conversations, snapshots, id } = await passivatedOnShutdown();
     const stored = await allEvents(log, id);
     expect(stored.at(-1)).toMatchObject({
       type: 'session_passivated',
@@ -177,13 +183,7 @@ describe('a node host', () => {
   });
 
   it('folds the whole log when the snapshot was written by another machine version', async () => {
-    const log = memoryEventLog();
-    const conversations = memoryConversationStore();
-    const snapshots = memorySnapshotStore();
-    const first = manager(log, conversations, snapshots);
-    const { conversation_id: id } = await first.commands.create('local', { ...defaults, initial_message: 'one' });
-    await settle(first, id);
-    await first.shutdown();
+    const { log, conversations, snapshots, id } = await passivatedOnShutdown();
     const record = (await snapshots.get(id))!;
     await snapshots.put({ ...record, machine_version: record.machine_version + 1, snapshot: { value: 'nonsense' } });
     const second = manager(log, conversations, snapshots);
