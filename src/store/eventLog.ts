@@ -23,6 +23,12 @@ export interface ReadOptions {
   afterSeq?: number;
   /** At most this many events (default: all). */
   limit?: number;
+  /**
+   * The page ends with the event that brings its stored bytes to this many
+   * (a page holds at least one event; default: no bound), so a page of large
+   * events is not held in memory whole.
+   */
+  maxBytes?: number;
 }
 
 export interface ReadPage {

@@ -17,6 +17,8 @@ export interface ReadRange {
   afterSeq: number;
   /** Infinity when the caller gave no limit. */
   limit: number;
+  /** Infinity when the caller gave no bound. */
+  maxBytes: number;
 }
 
 export function readRange(options: ReadOptions = {}): ReadRange {
@@ -28,5 +30,9 @@ export function readRange(options: ReadOptions = {}): ReadRange {
   if (limit !== Number.POSITIVE_INFINITY && (!Number.isSafeInteger(limit) || limit < 1)) {
     throw new RangeError(`limit must be a positive integer, got ${limit}`);
   }
-  return { afterSeq, limit };
+  const maxBytes = options.maxBytes ?? Number.POSITIVE_INFINITY;
+  if (maxBytes !== Number.POSITIVE_INFINITY && (!Number.isSafeInteger(maxBytes) || maxBytes < 1)) {
+    throw new RangeError(`maxBytes must be a positive integer, got ${maxBytes}`);
+  }
+  return { afterSeq, limit, maxBytes };
 }

@@ -110,7 +110,7 @@ export class JetStreamEventLog implements EventLog {
   }
 
   async read(conversationId: string, options?: ReadOptions): Promise<ReadPage> {
-    const { afterSeq, limit } = readRange(options);
+    const { afterSeq, limit, maxBytes } = readRange(options);
     const subject = subjectFor(this.subjectPrefix, conversationId);
     try {
       // One direct get answers the common "nothing new" case without a consumer.
@@ -121,7 +121,7 @@ export class JetStreamEventLog implements EventLog {
         inactive_threshold: READ_CONSUMER_IDLE_MS,
       });
       try {
-        return await readPage(consumer, limit, pullBytes(this.#nc));
+        return await readPage(consumer, limit, maxBytes, pullBytes(this.#nc));
       } finally {
         consumer.delete().catch(() => {});
       }
@@ -197,14 +197,15 @@ export class JetStreamEventLog implements EventLog {
  * read stops at exactly that many and never waits for a timeout. Pulls are
  * bounded in bytes, not messages: a pull of many large events would exceed
  * what nats-server queues for one client (64 MiB by default), and the server
- * would then drop the node's whole connection as a slow consumer.
+ * would then drop the node's whole connection as a slow consumer. The page
+ * ends early once it holds `maxBytes` (what it is kept in memory for).
  */
-async function readPage(consumer: Consumer, limit: number, maxBytes: number): Promise<ReadPage> {
+async function readPage(consumer: Consumer, limit: number, maxBytes: number, pullBytes: number): Promise<ReadPage> {
   const pending = (await consumer.info(true)).num_pending;
   const want = Math.min(limit, pending);
   const items: LoggedEvent[] = [];
   if (want === 0) return { items, hasMore: pending > 0 };
-  const messages = await consumer.consume({ max_bytes: maxBytes });
+  const messages = await consumer.consume({ max_bytes: pullBytes });
   let seen = 0;
   const stall = setInterval(() => {
     if (items.length === seen) messages.stop();
@@ -212,11 +213,13 @@ async function readPage(consumer: Consumer, limit: number, maxBytes: number): Pr
   }, READ_STALL_MS);
   // Only the last message needs its JetStream info parsed (a tenth of a read's cost when done for each).
   let last: JsMsg | undefined;
+  let bytes = 0;
   try {
     for await (const m of messages) {
       items.push(toLoggedEvent(m));
       last = m;
-      if (items.length >= want) break;
+      bytes += m.data.length;
+      if (items.length >= want || bytes >= maxBytes) break;
     }
   } finally {
     clearInterval(stall);

@@ -8,17 +8,25 @@ export interface SubscriptionSource {
   follow(handlers: FollowHandlers): LogFollower;
 }
 
-/** Stored events read per page while a subscription catches up. */
-const CATCH_UP_PAGE = 100;
+/**
+ * Stored events read per page while a subscription catches up, and the bytes
+ * that end a page sooner: each page is a JetStream consumer made and deleted,
+ * so a client away for a thousand events catches up in one or two, while a
+ * page of large events stays small in memory.
+ */
+const CATCH_UP_PAGE = 1_000;
+const CATCH_UP_BYTES = 1024 * 1024;
 
 /**
  * Gapless subscriptions to conversations, fed by one follow of the whole log:
  * the stored events after a cursor, then the live ones, each once and in
  * order. Both event logs build theirs on this class, so the twin cannot drift.
  *
- * Why nothing is missed: a subscription listens before it reads, so an event
- * stored after its read comes live (the follow delivers every event appended
- * once it is ready, and starts again where it stopped after a fault). As a
+ * Why nothing is missed: a subscription listens while it reads, and its
+ * catch-up ends only on a read that began once the follow was ready, so an
+ * event stored after that read comes live (the follow delivers every event
+ * appended once it is ready, and starts again where it stopped after a
+ * fault). The first pages are read while the follow starts. As a
  * second line, event ids are dense per conversation: a live event that skips
  * one makes the subscription read the gap from the log before it goes on. A
  * live event at or below the cursor (already read) is dropped by its seq.
@@ -93,6 +101,9 @@ class Subscription implements LogSubscription {
   #held: LoggedEvent[] | null = [];
   #closed = false;
   #caughtUp!: () => void;
+  /** Resolves once the follow delivers every event appended from then on; #followed says it has. */
+  #following: Promise<void> = Promise.resolve();
+  #followed = false;
 
   constructor(
     conversationId: string,
@@ -120,9 +131,18 @@ class Subscription implements LogSubscription {
     this.#leave();
   }
 
-  /** Reads what was stored after the cursor once the follow delivers everything newer. */
+  /**
+   * Reads what was stored after the cursor while the follow starts: the
+   * catch-up ends only on a read that began once the follow delivered every
+   * newer event, so nothing falls between the two.
+   */
   start(following: Promise<void>): void {
-    void following.then(() => this.#catchUp()).catch((err: unknown) => this.#fail(err));
+    this.#following = following.then(() => {
+      this.#followed = true;
+    });
+    // Awaited by the catch-up only when it needs it; a subscription closed before then must not leave it unhandled.
+    this.#following.catch(() => {});
+    void this.#catchUp().catch((err: unknown) => this.#fail(err));
   }
 
   /** An event from the follow. */
@@ -150,13 +170,23 @@ class Subscription implements LogSubscription {
   async #catchUp(): Promise<void> {
     for (;;) {
       if (this.#closed) return;
-      const page = await this.#source.read(this.#conversationId, { afterSeq: this.#cursor, limit: CATCH_UP_PAGE });
+      const followed = this.#followed;
+      const page = await this.#source.read(this.#conversationId, {
+        afterSeq: this.#cursor,
+        limit: CATCH_UP_PAGE,
+        maxBytes: CATCH_UP_BYTES,
+      });
       for (const logged of page.items) {
         if (this.#closed) return;
         const pace = this.#deliver(logged);
         if (pace) await pace;
       }
       if (page.hasMore && page.items.length > 0) continue;
+      if (!followed) {
+        // This read began before the follow was ready: an event stored in between is in neither.
+        await this.#following;
+        continue;
+      }
       if (this.#lastId === null && !(await this.#learnLastId())) continue;
       if (this.#release()) break;
     }

@@ -75,11 +75,16 @@ export class MemoryEventLog implements EventLog {
   }
 
   async read(conversationId: string, options?: ReadOptions): Promise<ReadPage> {
-    const { afterSeq, limit } = readRange(options);
+    const { afterSeq, limit, maxBytes } = readRange(options);
     assertConversationId(conversationId);
     const log = this.#logs.get(conversationId) ?? [];
     const start = firstAfter(log, afterSeq);
-    const end = Math.min(log.length, start + limit);
+    let end = Math.min(log.length, start + limit);
+    let bytes = 0;
+    for (let i = start; i < end; i++) {
+      bytes += Buffer.byteLength(log[i]!.json);
+      if (bytes >= maxBytes) end = i + 1;
+    }
     return { items: log.slice(start, end).map(toLoggedEvent), hasMore: end < log.length };
   }
 

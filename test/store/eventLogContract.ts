@@ -96,6 +96,26 @@ export function eventLogContract(name: string, makeLog: () => Promise<EventLog>)
       expect(await log.read(c, { afterSeq: seqs[5]! })).toEqual({ items: [], hasMore: false });
     });
 
+    test('a page ends with the event that brings its stored bytes to maxBytes, and holds at least one', async () => {
+      const log = await makeLog();
+      const c = newConversationId();
+      const seqs = await appendMany(log, c, 6);
+      const size = Buffer.byteLength(JSON.stringify(message(c, 0)));
+      // Events 0..9 serialise to the same length; two and a bit of them end the page after the third.
+      expect(await log.read(c, { maxBytes: 2 * size + 1 })).toEqual({
+        items: logged(c, seqs.slice(0, 3)),
+        hasMore: true,
+      });
+      expect(await log.read(c, { afterSeq: seqs[2]!, maxBytes: 1 })).toEqual({
+        items: logged(c, seqs.slice(3, 4), 3),
+        hasMore: true,
+      });
+      expect(await log.read(c, { afterSeq: seqs[3]!, limit: 10, maxBytes: 100 * size })).toEqual({
+        items: logged(c, seqs.slice(4), 4),
+        hasMore: false,
+      });
+    });
+
     test('a conversation without events reads as empty with last sequence 0', async () => {
       const log = await makeLog();
       await appendMany(log, newConversationId(), 2);
@@ -311,6 +331,7 @@ export function eventLogContract(name: string, makeLog: () => Promise<EventLog>)
       await expect(log.append(message('a b', 0), { expectedLastSeq: 0 })).rejects.toBeInstanceOf(TypeError);
       await expect(log.read(newConversationId(), { afterSeq: -1 })).rejects.toBeInstanceOf(RangeError);
       await expect(log.read(newConversationId(), { limit: 0 })).rejects.toBeInstanceOf(RangeError);
+      await expect(log.read(newConversationId(), { maxBytes: 0 })).rejects.toBeInstanceOf(RangeError);
     });
   });
 }

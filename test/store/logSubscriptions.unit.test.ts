@@ -63,6 +63,42 @@ describe('log subscriptions', () => {
     expect(got.items.map((e) => e.event.id)).toEqual([3, 4]);
   });
 
+  test('the catch-up reads while the follow starts, and an event stored before the follow was ready is not lost', async () => {
+    const log = memoryEventLog();
+    const c = newConversationId();
+    await appendMany(log, c, 3);
+    let ready = () => {};
+    const following = new Promise<void>((resolve) => (ready = resolve));
+    let live = false;
+    let reads = 0;
+    const subscriptions = new LogSubscriptions({
+      read: async (id, options) => {
+        const page = await log.read(id, options);
+        if (++reads === 1) {
+          // Stored after the first read and before the follow delivers anything: only a second read has it.
+          await appendMany(log, c, 1, 3);
+          live = true;
+          ready();
+        }
+        return page;
+      },
+      last: (id) => log.last(id),
+      follow: (handlers) => {
+        const follower = log.follow({ ...handlers, event: (id, logged) => live && handlers.event(id, logged) });
+        return { ready: following.then(() => follower.ready), stop: () => follower.stop() };
+      },
+    });
+    const got = collector();
+    const subscription = subscriptions.subscribe(c, 0, got);
+    await subscription.caughtUp;
+    expect(reads).toBeGreaterThanOrEqual(2);
+    expect(got.items.map((e) => e.event.id)).toEqual([0, 1, 2, 3]);
+    await appendMany(log, c, 1, 4);
+    await got.until(5);
+    subscription.close();
+    expect(got.items.map((e) => e.event.id)).toEqual([0, 1, 2, 3, 4]);
+  });
+
   test('a subscription whose read fails ends and says why; the others go on', async () => {
     const log = memoryEventLog();
     const broken = newConversationId();
