@@ -39,6 +39,8 @@ export class LogSubscriptions {
   readonly #onFollowError: (err: unknown) => void;
   readonly #rooms = new Map<string, Set<Subscription>>();
   #follower: LogFollower | null = null;
+  /** The follow that runs is ready: a new subscription's first read is then its last one when nothing more is stored. */
+  #followerReady = false;
 
   constructor(source: SubscriptionSource, onFollowError: (err: unknown) => void = () => {}) {
     this.#source = source;
@@ -58,7 +60,8 @@ export class LogSubscriptions {
       if (this.#rooms.size === 0) void this.#unfollow();
     });
     joined.add(subscription);
-    subscription.start(this.#follow());
+    const following = this.#follow();
+    subscription.start(following, this.#followerReady);
     return subscription;
   }
 
@@ -70,19 +73,27 @@ export class LogSubscriptions {
 
   /** The follow, started when none runs; resolves once it delivers every event appended from now on. */
   #follow(): Promise<void> {
-    this.#follower ??= this.#source.follow({
+    if (this.#follower) return this.#follower.ready;
+    const follower = (this.#follower = this.#source.follow({
       wants: (conversationId) => this.#rooms.has(conversationId),
       event: (conversationId, logged) => {
         for (const subscription of this.#rooms.get(conversationId) ?? []) subscription.live(logged);
       },
       error: (err) => this.#onFollowError(err),
-    });
-    return this.#follower.ready;
+    }));
+    void follower.ready.then(
+      () => {
+        if (this.#follower === follower) this.#followerReady = true;
+      },
+      () => {},
+    );
+    return follower.ready;
   }
 
   #unfollow(): Promise<void> {
     const follower = this.#follower;
     this.#follower = null;
+    this.#followerReady = false;
     return follower?.stop().catch((err: unknown) => this.#onFollowError(err)) ?? Promise.resolve();
   }
 }
@@ -134,9 +145,11 @@ class Subscription implements LogSubscription {
   /**
    * Reads what was stored after the cursor while the follow starts: the
    * catch-up ends only on a read that began once the follow delivered every
-   * newer event, so nothing falls between the two.
+   * newer event, so nothing falls between the two. `followed`: the follow
+   * is ready already, so a first read that finds nothing more is the last.
    */
-  start(following: Promise<void>): void {
+  start(following: Promise<void>, followed: boolean): void {
+    this.#followed = followed;
     this.#following = following.then(() => {
       this.#followed = true;
     });

@@ -99,6 +99,31 @@ describe('log subscriptions', () => {
     expect(got.items.map((e) => e.event.id)).toEqual([0, 1, 2, 3, 4]);
   });
 
+  test('once the follow is ready, a subscription catches up in one read when nothing more is stored', async () => {
+    const log = memoryEventLog();
+    let reads = 0;
+    const subscriptions = new LogSubscriptions({
+      read: (id, options) => {
+        reads += 1;
+        return log.read(id, options);
+      },
+      last: (id) => log.last(id),
+      follow: (handlers) => log.follow(handlers),
+    });
+    const [a, b] = [newConversationId(), newConversationId()];
+    const first = subscriptions.subscribe(a, 0, collector());
+    await first.caughtUp;
+    await appendMany(log, b, 3);
+    const got = collector();
+    reads = 0;
+    const second = subscriptions.subscribe(b, 0, got);
+    await second.caughtUp;
+    expect(reads).toBe(1);
+    expect(got.items.map((e) => e.event.id)).toEqual([0, 1, 2]);
+    first.close();
+    second.close();
+  });
+
   test('a subscription whose read fails ends and says why; the others go on', async () => {
     const log = memoryEventLog();
     const broken = newConversationId();
