@@ -17,6 +17,13 @@ export interface SubscriptionSource {
 const CATCH_UP_PAGE = 1_000;
 const CATCH_UP_BYTES = 1024 * 1024;
 
+/** The running follow, and whether it is ready: it then delivers every event appended from now on. */
+interface Following {
+  follower: LogFollower;
+  ready: Promise<void>;
+  isReady: boolean;
+}
+
 /**
  * Gapless subscriptions to conversations, fed by one follow of the whole log:
  * the stored events after a cursor, then the live ones, each once and in
@@ -38,9 +45,7 @@ export class LogSubscriptions {
   readonly #source: SubscriptionSource;
   readonly #onFollowError: (err: unknown) => void;
   readonly #rooms = new Map<string, Set<Subscription>>();
-  #follower: LogFollower | null = null;
-  /** The follow that runs is ready: a new subscription's first read is then its last one when nothing more is stored. */
-  #followerReady = false;
+  #following: Following | null = null;
 
   constructor(source: SubscriptionSource, onFollowError: (err: unknown) => void = () => {}) {
     this.#source = source;
@@ -60,8 +65,7 @@ export class LogSubscriptions {
       if (this.#rooms.size === 0) void this.#unfollow();
     });
     joined.add(subscription);
-    const following = this.#follow();
-    subscription.start(following, this.#followerReady);
+    subscription.start(this.#follow());
     return subscription;
   }
 
@@ -71,29 +75,28 @@ export class LogSubscriptions {
     await this.#unfollow();
   }
 
-  /** The follow, started when none runs; resolves once it delivers every event appended from now on. */
-  #follow(): Promise<void> {
-    if (this.#follower) return this.#follower.ready;
-    const follower = (this.#follower = this.#source.follow({
+  /** The follow, started when none runs. */
+  #follow(): Following {
+    if (this.#following) return this.#following;
+    const follower = this.#source.follow({
       wants: (conversationId) => this.#rooms.has(conversationId),
       event: (conversationId, logged) => {
         for (const subscription of this.#rooms.get(conversationId) ?? []) subscription.live(logged);
       },
       error: (err) => this.#onFollowError(err),
-    }));
+    });
+    const following: Following = { follower, ready: follower.ready, isReady: false };
+    // A failed start is handled by the subscriptions that wait for it (they fail), not here.
     void follower.ready.then(
-      () => {
-        if (this.#follower === follower) this.#followerReady = true;
-      },
+      () => (following.isReady = true),
       () => {},
     );
-    return follower.ready;
+    return (this.#following = following);
   }
 
   #unfollow(): Promise<void> {
-    const follower = this.#follower;
-    this.#follower = null;
-    this.#followerReady = false;
+    const follower = this.#following?.follower;
+    this.#following = null;
     return follower?.stop().catch((err: unknown) => this.#onFollowError(err)) ?? Promise.resolve();
   }
 }
@@ -112,9 +115,8 @@ class Subscription implements LogSubscription {
   #held: LoggedEvent[] | null = [];
   #closed = false;
   #caughtUp!: () => void;
-  /** Resolves once the follow delivers every event appended from then on; #followed says it has. */
-  #following: Promise<void> = Promise.resolve();
-  #followed = false;
+  /** The follow this subscription's live events come from (set by start). */
+  #following!: Following;
 
   constructor(
     conversationId: string,
@@ -145,16 +147,11 @@ class Subscription implements LogSubscription {
   /**
    * Reads what was stored after the cursor while the follow starts: the
    * catch-up ends only on a read that began once the follow delivered every
-   * newer event, so nothing falls between the two. `followed`: the follow
-   * is ready already, so a first read that finds nothing more is the last.
+   * newer event, so nothing falls between the two (when the follow is ready
+   * already, a first read that finds nothing more is the last).
    */
-  start(following: Promise<void>, followed: boolean): void {
-    this.#followed = followed;
-    this.#following = following.then(() => {
-      this.#followed = true;
-    });
-    // Awaited by the catch-up only when it needs it; a subscription closed before then must not leave it unhandled.
-    this.#following.catch(() => {});
+  start(following: Following): void {
+    this.#following = following;
     void this.#catchUp().catch((err: unknown) => this.#fail(err));
   }
 
@@ -183,7 +180,7 @@ class Subscription implements LogSubscription {
   async #catchUp(): Promise<void> {
     for (;;) {
       if (this.#closed) return;
-      const followed = this.#followed;
+      const followed = this.#following.isReady;
       const page = await this.#source.read(this.#conversationId, {
         afterSeq: this.#cursor,
         limit: CATCH_UP_PAGE,
@@ -197,7 +194,7 @@ class Subscription implements LogSubscription {
       if (page.hasMore && page.items.length > 0) continue;
       if (!followed) {
         // This read began before the follow was ready: an event stored in between is in neither.
-        await this.#following;
+        await this.#following.ready;
         continue;
       }
       if (this.#lastId === null && !(await this.#learnLastId())) continue;

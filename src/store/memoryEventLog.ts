@@ -80,8 +80,7 @@ export class MemoryEventLog implements EventLog {
     const log = this.#logs.get(conversationId) ?? [];
     const start = firstAfter(log, afterSeq);
     let end = Math.min(log.length, start + limit);
-    let bytes = 0;
-    for (let i = start; i < end; i++) {
+    for (let i = start, bytes = 0; i < end && maxBytes !== Number.POSITIVE_INFINITY; i++) {
       bytes += Buffer.byteLength(log[i]!.json);
       if (bytes >= maxBytes) end = i + 1;
     }
