@@ -1,9 +1,9 @@
 // `npm run bench [-- --quick] [-- --profile] [-- --only=name,...]`: starts its
 // own nats-server on a temporary store, runs every scenario of
 // bench/scenarios/ in order (each with its baseline in the same run), writes
-// bench/RESULTS.md whole and prints the summary table. `--only` prints and
-// writes nothing. Exits 1 on any error or timeout; a missed target is reported
-// (and, with `--profile`, profiled), not an error. bench/README.md: the method.
+// bench/RESULTS.md whole and prints the summary table; `--only` and `--quick`
+// print it and write nothing. Exits 1 on any error or timeout; a missed target
+// is reported, not an error. bench/README.md: the method.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -88,8 +88,9 @@ async function main(): Promise<void> {
       measured,
       profiles,
     };
-    if (!only) writeFileSync(join(REPO_ROOT, 'bench', 'RESULTS.md'), render(report));
-    const where = only ? 'RESULTS.md not written (--only)' : 'written to bench/RESULTS.md';
+    // Only a whole, full run writes RESULTS.md.
+    if (!only && !quick) writeFileSync(join(REPO_ROOT, 'bench', 'RESULTS.md'), render(report));
+    const where = only || quick ? 'RESULTS.md not written (--only, --quick)' : 'written to bench/RESULTS.md';
     process.stdout.write(
       `\n${table(measured.flatMap((m) => m.rows)).join('\n')}\n\n${command}: ${report.seconds.toFixed(0)} s; ${where}\n`,
     );
