@@ -1,7 +1,15 @@
-import type { AgentState, EventOf, NewEvent, PassivationReason, StoredEvent, UserAction } from '../protocol/index.ts';
+import type {
+  AgentState,
+  AttemptReason,
+  EventOf,
+  NewEvent,
+  PassivationReason,
+  StoredEvent,
+  UserAction,
+} from '../protocol/index.ts';
 import type { Deadline } from './sessionContext.ts';
-import { SESSION_MACHINE_VERSION } from './sessionContext.ts';
-import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
+import { LEGACY_MAX_ATTEMPTS, SESSION_MACHINE_VERSION } from './sessionContext.ts';
+import { countsAgainstBound, toSessionEvent, type SessionEvent } from './sessionEvents.ts';
 import { agentStateOf } from './agentState.ts';
 import type { SessionSnapshot } from './sessionMachine.ts';
 import { inputFrom } from './input.ts';
@@ -18,11 +26,15 @@ type CommandResult = Omit<EventOf<'command_output'>['data'], 'command'>;
  */
 const EVENT_VERSION: StoredEvent['v'] = 1;
 
-/** What an agent step produced (the host rates a command's risk before it asks). */
-export type AgentAnswer =
+/**
+ * What an agent step produced (the host rates a command's risk before it asks);
+ * `thought` is the text streamed with a tool call.
+ */
+export type AgentAnswer = (
   | { type: 'message'; content: string; waitForResponse?: false }
   | { type: 'run'; command: string; risk: 'low' | 'high' }
-  | { type: 'finish'; content: string };
+  | { type: 'finish'; content: string }
+) & { thought?: string };
 
 /** One input to the decider: a user action, an effect's result, a deadline, or a lifecycle step of the host. */
 export type DecisionInput =
@@ -31,7 +43,10 @@ export type DecisionInput =
   | { type: 'runtime_progress'; status: 'starting' | 'connecting' | 'setting_up' | 'connected' }
   | { type: 'runtime_lost'; message: string }
   | { type: 'agent_used'; usage: EventOf<'agent_usage'>['data'] }
-  | { type: 'agent_answered'; cause: number; answer: AgentAnswer }
+  /** A step's answer, by its `attempt`, after `deltas` delta frames (0 when it did not stream). */
+  | { type: 'agent_answered'; cause: number; answer: AgentAnswer; attempt?: number; deltas?: number }
+  /** Attempt `attempt` of step `cause` failed in a way another attempt may not: the next one, or error past the bound. */
+  | { type: 'agent_retry'; cause: number; attempt: number; reason: AttemptReason; code: string; message: string }
   | { type: 'agent_failed'; cause: number; code: string; message: string; retryAt?: string }
   | { type: 'command_finished'; cause: number; command: string; result: CommandResult }
   | { type: 'command_interrupted'; cause: number; command: string; why: string }
@@ -61,8 +76,11 @@ const DEADLINE_MESSAGES: Record<Deadline['name'], string> = {
   retry: 'the rate-limit wait is over; trying the step again',
 };
 
-/** A proposal may read the state its earlier siblings led to (`session_passivated` names the state it leaves in). */
-type Proposal = NewEvent | ((snapshot: SessionSnapshot) => NewEvent);
+/**
+ * A proposal may read the state its earlier siblings led to (`session_passivated`
+ * names the state it leaves in); one that reads it may also propose nothing.
+ */
+type Proposal = NewEvent | ((snapshot: SessionSnapshot) => NewEvent | null);
 
 /**
  * The one decider. Given the current snapshot and one input it says which
@@ -76,12 +94,17 @@ export function decide(snapshot: SessionSnapshot | undefined, input: DecisionInp
   if (!snapshot) return refuse('NOT_STARTED', 'the conversation has not been created', 'loading');
   if (snapshot.status !== 'active') return refuse('ENDED', 'the conversation has ended', agentStateOf(snapshot));
   const proposals = proposalsFor(snapshot, input);
+  if (proposals.length === 0) {
+    return refuse('ILLEGAL_TRANSITION', `${input.type} does not answer the current step`, agentStateOf(snapshot));
+  }
   const events: StoredEvent[] = [];
   let current: SessionSnapshot = snapshot;
   let nextId = stamp.nextEventId;
   const at = stamp.now.toISOString();
   for (const proposal of proposals) {
-    const event = stamped(typeof proposal === 'function' ? proposal(current) : proposal, nextId++, at, stamp);
+    const proposed = typeof proposal === 'function' ? proposal(current) : proposal;
+    if (proposed === null) continue;
+    const event = stamped(proposed, nextId++, at, stamp);
     const machineEvent = toSessionEvent(event);
     if (machineEvent && !current.can(machineEvent)) {
       const state = agentStateOf(current);
@@ -120,7 +143,12 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
     case 'agent_used':
       return [{ source: 'agent', type: 'agent_usage', data: input.usage }];
     case 'agent_answered':
-      return [agentEvent(input.answer, input.cause)];
+      return [agentEvent(input.answer, input.cause, input.attempt ?? snapshot.context.attempt, input.deltas ?? 0)];
+    case 'agent_retry': {
+      const { stepCause, attempt } = snapshot.context;
+      if (input.cause !== stepCause || input.attempt !== attempt) return [];
+      return [nextAttempt(input.reason, input.message, input.code)];
+    }
     case 'agent_failed': {
       const { code, message, retryAt, cause } = input;
       const data = retryAt === undefined ? { code, message } : { code, message, retry_at: retryAt };
@@ -132,8 +160,17 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
       return [interrupted(input.cause, input.command, input.why)];
     case 'command_unavailable':
       return [commandOutput(input.cause, input.command, unavailable(input.why))];
-    case 'deadline':
-      return [{ source: env, type: 'timeout', data: { deadline: input.name, message: DEADLINE_MESSAGES[input.name] } }];
+    case 'deadline': {
+      const timeout: NewEvent = {
+        source: env,
+        type: 'timeout',
+        data: { deadline: input.name, message: DEADLINE_MESSAGES[input.name] },
+      };
+      // Under recorded attempts a rate-limited step outlives its wait: the timeout brings it back as its next attempt.
+      const { stepCause, error } = snapshot.context;
+      const retries = input.name === 'retry' && stepCause !== null && snapshot.matches({ active: 'rate_limited' });
+      return retries ? [timeout, nextAttempt('rate_limited', error ?? 'rate limited', 'LLM_RATE_LIMITED')] : [timeout];
+    }
     case 'passivate':
       return passivation(snapshot, input.reason);
     case 'rehydrate':
@@ -141,7 +178,7 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
     case 'fork':
       return [
         { source: 'environment', type: 'conversation_forked', data: { conversation_id: input.parent, seq: input.seq } },
-        ...rehydration(snapshot, { from: 'log', folded: input.folded, recordedState: input.recordedState }),
+        ...rehydration(snapshot, { from: 'log', folded: input.folded, recordedState: input.recordedState }, 'forked'),
       ];
     case 'close':
       return [{ source: env, type: 'session_closed', data: { reason: input.reason } }];
@@ -183,6 +220,7 @@ function passivation(snapshot: SessionSnapshot, reason: PassivationReason): Prop
 function rehydration(
   snapshot: SessionSnapshot,
   input: Omit<Extract<DecisionInput, { type: 'rehydrate' }>, 'type'>,
+  why?: AttemptReason,
 ): Proposal[] {
   const out: Proposal[] = [];
   const state = agentStateOf(snapshot);
@@ -198,7 +236,40 @@ function rehydration(
     type: 'session_rehydrated',
     data: { from: input.from, events_folded: input.folded },
   });
+  // A step under way is asked again: its next attempt, counted when its owner died with it.
+  const reason = why ?? (snapshot.matches('passivated') ? 'resumed' : 'owner_lost');
+  const message = ATTEMPT_MESSAGES[reason];
+  out.push((current) =>
+    current.context.stepCause !== null && current.matches({ active: { running: 'thinking' } })
+      ? nextAttempt(reason, message, 'AGENT_OWNER_LOST')(current)
+      : null,
+  );
   return out;
+}
+
+const ATTEMPT_MESSAGES: Partial<Record<AttemptReason, string>> = {
+  resumed: 'the session left memory during the step and came back',
+  forked: 'the fork asks the step again',
+  owner_lost: 'the node running the step stopped before it answered',
+};
+
+/**
+ * The current step's next attempt, stored before its first delta; past the
+ * bound (`max_attempts`, counted attempts only) the step fails instead, with
+ * why in words.
+ */
+function nextAttempt(reason: AttemptReason, message: string | undefined, code: string) {
+  return (current: SessionSnapshot): NewEvent => {
+    const { stepCause, attempt, attemptsCounted, maxAttempts } = current.context;
+    const cause = stepCause ?? undefined;
+    const bound = maxAttempts ?? LEGACY_MAX_ATTEMPTS;
+    if (countsAgainstBound(reason) && attemptsCounted >= bound) {
+      const why = `the agent step gave up after ${attemptsCounted} attempts (at most ${bound}): ${message ?? reason}`;
+      return { source: 'agent', type: 'agent_error', data: { code, message: why }, cause };
+    }
+    const data = { item_id: String(stepCause), attempt: attempt + 1, reason, ...(message && { message }) };
+    return { source: 'agent', type: 'agent_attempt', data, cause };
+  };
 }
 
 function userEvent(action: UserAction): NewEvent {
@@ -214,17 +285,25 @@ function userEvent(action: UserAction): NewEvent {
   }
 }
 
-function agentEvent(answer: AgentAnswer, cause: number): NewEvent {
+/** An answer as stored: the item (its step), the attempt and how many deltas it streamed ride along. */
+function agentEvent(answer: AgentAnswer, cause: number, attempt: number, deltas: number): NewEvent {
+  const item = { item_id: String(cause), attempt, deltas };
+  const thought = answer.thought === undefined ? {} : { thought: answer.thought };
   switch (answer.type) {
     case 'message': {
       const { content, waitForResponse } = answer;
-      const data = waitForResponse === false ? { content, wait_for_response: false as const } : { content };
+      const data = { content, ...item, ...(waitForResponse === false && { wait_for_response: false as const }) };
       return { source: 'agent', type: 'message', data, cause };
     }
     case 'run':
-      return { source: 'agent', type: 'command', data: { command: answer.command, risk: answer.risk }, cause };
+      return {
+        source: 'agent',
+        type: 'command',
+        data: { command: answer.command, risk: answer.risk, ...item, ...thought },
+        cause,
+      };
     case 'finish':
-      return { source: 'agent', type: 'finish', data: { content: answer.content }, cause };
+      return { source: 'agent', type: 'finish', data: { content: answer.content, ...item, ...thought }, cause };
   }
 }
 

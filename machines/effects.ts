@@ -9,8 +9,8 @@ import type { SessionSnapshot } from './sessionMachine.ts';
 export type Effect =
   /** Bring up a runtime for `cause` (0: the creation record; else a `reconnect_runtime`), replacing an older one. */
   | { type: 'start_runtime'; cause: number }
-  /** Ask the agent for its next action; the answer carries `cause`. */
-  | { type: 'ask_agent'; cause: number }
+  /** Ask the agent for its next action, as attempt `attempt` of step `cause` (its item); the answer carries both. */
+  | { type: 'ask_agent'; cause: number; attempt: number }
   /** Run command `cause` in the runtime. */
   | { type: 'run_command'; cause: number; command: string }
   /** The runtime died and no reconnect replaced it: command `cause` fails at once, with `why`. */
@@ -33,7 +33,7 @@ export function effectsOf(snapshot: SessionSnapshot): Effect[] {
     effects.push({ type: 'start_runtime', cause: context.runtimeCause });
   }
   if (context.stepCause !== null && snapshot.matches({ active: { running: 'thinking' } })) {
-    effects.push({ type: 'ask_agent', cause: context.stepCause });
+    effects.push({ type: 'ask_agent', cause: context.stepCause, attempt: context.attempt });
   }
   const pending = context.pendingCommand;
   if (pending?.interrupted) {
@@ -50,9 +50,8 @@ export function effectsOf(snapshot: SessionSnapshot): Effect[] {
   return effects;
 }
 
-/** One name per effect and cause: the host starts each once. */
+/** One name per effect and cause (and attempt): the host starts each once. */
 export function effectKey(effect: Effect): string {
-  return effect.type === 'wake_at'
-    ? `wake_at:${effect.deadline.name}:${effect.deadline.at}`
-    : `${effect.type}:${effect.cause}`;
+  if (effect.type === 'wake_at') return `wake_at:${effect.deadline.name}:${effect.deadline.at}`;
+  return effect.type === 'ask_agent' ? `ask_agent:${effect.cause}:${effect.attempt}` : `${effect.type}:${effect.cause}`;
 }

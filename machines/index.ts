@@ -4,6 +4,7 @@ export {
   SESSION_MACHINE_VERSION,
   UNRECORDED_MACHINE_VERSION,
   DEFAULT_RATE_LIMIT_RETRIES,
+  LEGACY_MAX_ATTEMPTS,
   type SessionMachine,
   type SessionSnapshot,
   type SessionContext,

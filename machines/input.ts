@@ -10,6 +10,7 @@ export function inputFrom(created: EventOf<'conversation_created'>): SessionInpu
     maxIterations: created.data.max_iterations,
     maxBudget: created.data.max_budget ?? null,
     maxRateLimitRetries: created.data.max_rate_limit_retries ?? DEFAULT_RATE_LIMIT_RETRIES,
+    maxAttempts: created.data.max_attempts ?? null,
     confirmationMode: created.data.confirmation_mode,
     startDeadline: timeout === undefined ? null : Date.parse(created.ts) + timeout,
     machineVersion: created.data.machine_version ?? UNRECORDED_MACHINE_VERSION,

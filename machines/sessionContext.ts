@@ -5,7 +5,7 @@ import type { AgentState, RuntimeStatus } from '../protocol/index.ts';
  * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
  * version table in test/machines/machineVersion.unit.test.ts.
  */
-export const SESSION_MACHINE_VERSION = 6;
+export const SESSION_MACHINE_VERSION = 7;
 
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
@@ -17,6 +17,13 @@ export const UNRECORDED_MACHINE_VERSION = 3;
  */
 export const DEFAULT_RATE_LIMIT_RETRIES = 5;
 
+/**
+ * Attempts of one step when `conversation_created` records no `max_attempts`:
+ * the one try and three retries the LLM agent made inside a step of a failing
+ * server before attempts were stored.
+ */
+export const LEGACY_MAX_ATTEMPTS = 4;
+
 export interface SessionInput {
   conversationId: string;
   user: string;
@@ -24,6 +31,12 @@ export interface SessionInput {
   /** USD the agent may spend on LLM calls, or null for no limit. */
   maxBudget: number | null;
   maxRateLimitRetries: number;
+  /**
+   * Attempts one step may take (counted ones: not a resumption after a
+   * passivation or in a fork), or null when the log records none (a rate-limited
+   * step is then a new step, as before attempts were stored).
+   */
+  maxAttempts: number | null;
   confirmationMode: boolean;
   /** Epoch ms by which the session must have started, or null for no limit. */
   startDeadline: number | null;
@@ -68,6 +81,10 @@ export interface SessionContext extends Omit<SessionInput, 'machineVersion'> {
   budget: number | null;
   /** Rate-limited attempts of the current step. */
   rateLimits: number;
+  /** The current step's attempt, from 1 (its `agent_attempt` events count it up). */
+  attempt: number;
+  /** The current step's attempts that count against `maxAttempts`. */
+  attemptsCounted: number;
   /** A user message the agent has not been asked about yet. */
   unreadMessage: boolean;
   /** id of the newest user message. */
@@ -97,6 +114,7 @@ const NO_INPUT: SessionInput = {
   maxIterations: 0,
   maxBudget: null,
   maxRateLimitRetries: 0,
+  maxAttempts: null,
   confirmationMode: false,
   startDeadline: null,
   machineVersion: SESSION_MACHINE_VERSION,
@@ -117,6 +135,8 @@ export function initialContext(input: SessionInput | undefined): SessionContext 
     iterations: 0,
     spent: 0,
     rateLimits: 0,
+    attempt: 1,
+    attemptsCounted: 1,
     unreadMessage: false,
     lastMessageId: null,
     stepCause: null,

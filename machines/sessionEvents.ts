@@ -1,4 +1,4 @@
-import type { AgentState, PassivationReason, StoredEvent } from '../protocol/index.ts';
+import type { AgentState, AttemptReason, PassivationReason, StoredEvent } from '../protocol/index.ts';
 
 type RuntimeStep = 'starting' | 'connecting' | 'setting_up' | 'connected' | 'stopped';
 
@@ -26,9 +26,10 @@ export type SessionEvent = Stamp &
     | { type: 'user.run'; command: string }
     | { type: 'user.change_state'; state: AgentState }
     | { type: 'user.reconnect_runtime' }
-    | { type: 'agent.message'; cause: number | undefined; goesOn?: boolean }
-    | { type: 'agent.run'; cause: number | undefined; command: string; risky: boolean }
-    | { type: 'agent.finish'; cause: number | undefined }
+    | { type: 'agent.message'; cause: number | undefined; attempt?: number; goesOn?: boolean }
+    | { type: 'agent.run'; cause: number | undefined; attempt?: number; command: string; risky: boolean }
+    | { type: 'agent.finish'; cause: number | undefined; attempt?: number }
+    | { type: 'agent.attempt'; item: string; attempt: number; counted: boolean }
     | { type: 'agent.usage'; cost: number }
     | { type: 'agent.failed'; cause: number | undefined; reason: string }
     | { type: 'agent.rate_limited'; cause: number | undefined; reason: string; retryAt: number }
@@ -40,6 +41,18 @@ export type SessionEvent = Stamp &
     | { type: 'session.fork'; parent: string; seq: number }
     | { type: 'session.close'; reason: string }
   );
+
+/**
+ * Attempts that do not count against the bound: the step was cut by how the
+ * session is hosted (a passivation, its node stopping) or is asked again in a
+ * fork. The bound is for the LLM's failures.
+ */
+const UNCOUNTED: ReadonlySet<AttemptReason> = new Set(['resumed', 'owner_lost', 'forked']);
+
+/** Whether an attempt for `reason` counts against `max_attempts`. */
+export function countsAgainstBound(reason: AttemptReason): boolean {
+  return !UNCOUNTED.has(reason);
+}
 
 const RUNTIME_STEPS: Record<string, `runtime.${RuntimeStep}`> = {
   starting: 'runtime.starting',
@@ -73,17 +86,36 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
     case 'message':
       return event.source === 'user'
         ? { type: 'user.message', eventId, at }
-        : { type: 'agent.message', eventId, at, cause, goesOn: event.data.wait_for_response === false };
+        : {
+            type: 'agent.message',
+            eventId,
+            at,
+            cause,
+            attempt: event.data.attempt,
+            goesOn: event.data.wait_for_response === false,
+          };
     case 'command':
       return event.source === 'user'
         ? { type: 'user.run', eventId, at, command: event.data.command }
-        : { type: 'agent.run', eventId, at, cause, command: event.data.command, risky: event.data.risk === 'high' };
+        : {
+            type: 'agent.run',
+            eventId,
+            at,
+            cause,
+            attempt: event.data.attempt,
+            command: event.data.command,
+            risky: event.data.risk === 'high',
+          };
     case 'change_agent_state':
       return { type: 'user.change_state', eventId, at, state: event.data.state };
     case 'reconnect_runtime':
       return { type: 'user.reconnect_runtime', eventId, at };
     case 'finish':
-      return { type: 'agent.finish', eventId, at, cause };
+      return { type: 'agent.finish', eventId, at, cause, attempt: event.data.attempt };
+    case 'agent_attempt': {
+      const { item_id: item, attempt, reason } = event.data;
+      return { type: 'agent.attempt', eventId, at, item, attempt, counted: countsAgainstBound(reason) };
+    }
     case 'agent_usage':
       return { type: 'agent.usage', eventId, at, cost: event.data.cost };
     case 'agent_error':

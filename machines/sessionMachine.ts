@@ -7,6 +7,7 @@ export {
   SESSION_MACHINE_VERSION,
   UNRECORDED_MACHINE_VERSION,
   DEFAULT_RATE_LIMIT_RETRIES,
+  LEGACY_MAX_ATTEMPTS,
   type SessionInput,
   type SessionContext,
   type PendingCommand,
@@ -163,6 +164,7 @@ export const sessionMachine = sessionSetup.createMachine({
                 },
                 'agent.failed': { guard: 'answersCurrentStep', target: ERROR, actions: 'recordFailure' },
                 'agent.usage': { actions: 'addCost' },
+                'agent.attempt': { guard: 'takesNextAttempt', actions: 'nextAttempt' },
                 'command.finished': recordsLateOutput,
                 'agent.rate_limited': [
                   {
@@ -279,7 +281,11 @@ export const sessionMachine = sessionSetup.createMachine({
           tags: ['rate_limited', 'busy'],
           on: {
             'user.message': { actions: 'markUnread' },
-            'deadline.passed': withinLimits('deadlinePassed', ['clearDeadline']),
+            'deadline.passed': [
+              // Recorded attempts: the same step again (its next attempt is stored with this timeout).
+              { guard: and(['deadlinePassed', 'keepsStep']), target: THINKING, actions: 'clearDeadline' },
+              ...withinLimits('deadlinePassed', ['clearDeadline']),
+            ],
             'user.change_state': [{ guard: wants('paused'), target: 'paused', actions: 'clearDeadline' }, stops],
             'command.finished': recordsLateOutput,
             'session.passivate': passivates('rate_limited'),

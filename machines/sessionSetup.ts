@@ -1,6 +1,6 @@
 import { and, assign, or, setup } from 'xstate';
 import type { AgentState } from '../protocol/index.ts';
-import { isComingUp, type SessionContext, type SessionInput } from './sessionContext.ts';
+import { isComingUp, LEGACY_MAX_ATTEMPTS, type SessionContext, type SessionInput } from './sessionContext.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 
 /** A state's tags: its agent state (exactly one per state users can see), and `busy` where it works by itself. */
@@ -71,21 +71,31 @@ export const sessionSetup = setup({
     }),
     // A step's cause is what the agent answers: the user message it has not
     // read yet, else the event that started the step (an observation, a resume,
-    // a retry). A step retried after the session came back keeps its cause.
-    // Two live steps never share one, so a late answer to an old step is refused.
-    beginStep: assign({
-      // A step the session left memory in the middle of is the same step when it
-      // comes back: asked again, not counted again (as after a crash).
-      iterations: ({ context, event }) =>
-        event.type === 'session.rehydrate' && context.stepCause !== null ? context.iterations : context.iterations + 1,
-      unreadMessage: false,
-      stepCause: ({ context, event }) => {
-        if (context.unreadMessage && context.lastMessageId !== null) return context.lastMessageId;
-        if (event.type === 'session.rehydrate' && context.stepCause !== null) return context.stepCause;
-        return event.eventId;
-      },
-      error: null,
+    // a retry). Two live steps never share one, so a late answer to an old step
+    // is refused. A step entered again with its cause kept (back after a
+    // passivation; under recorded attempts, also after a rate-limit wait) is
+    // the same step: asked again as its next attempt, not counted again.
+    beginStep: assign(({ context, event }) => {
+      const kept = context.stepCause !== null;
+      if (kept && context.maxAttempts !== null) return { error: null };
+      const continuing = kept && event.type === 'session.rehydrate';
+      let stepCause = event.eventId;
+      if (context.unreadMessage && context.lastMessageId !== null) stepCause = context.lastMessageId;
+      else if (continuing) stepCause = context.stepCause!;
+      return {
+        iterations: continuing ? context.iterations : context.iterations + 1,
+        unreadMessage: false,
+        stepCause,
+        attempt: continuing ? context.attempt : 1,
+        attemptsCounted: continuing ? context.attemptsCounted : 1,
+        error: null,
+      };
     }),
+    nextAttempt: assign(({ context, event }) =>
+      event.type === 'agent.attempt'
+        ? { attempt: event.attempt, attemptsCounted: context.attemptsCounted + (event.counted ? 1 : 0) }
+        : {},
+    ),
     endStep: assign({ stepCause: null }),
     queueUserCommand: assign({
       pendingCommand: ({ event }) =>
@@ -120,7 +130,9 @@ export const sessionSetup = setup({
     }),
     recordRetriesOut: assign({
       error: ({ context, event }) =>
-        `rate limited ${context.rateLimits + 1} times in a row (${reasonOf(event, 'rate limited')}); giving up`,
+        context.rateLimits < context.maxRateLimitRetries
+          ? `the agent step gave up after ${context.attemptsCounted} attempts (at most ${context.maxAttempts ?? LEGACY_MAX_ATTEMPTS}): rate limited (${reasonOf(event, 'rate limited')})`
+          : `rate limited ${context.rateLimits + 1} times in a row (${reasonOf(event, 'rate limited')}); giving up`,
       rateLimits: 0,
       stepCause: null,
       deadline: null,
@@ -130,7 +142,8 @@ export const sessionSetup = setup({
       deadline: ({ event }) =>
         event.type === 'agent.rate_limited' ? { name: 'retry' as const, at: event.retryAt } : null,
       error: ({ event }) => ('reason' in event ? event.reason : null),
-      stepCause: null,
+      // Under recorded attempts the step waits and comes back as its next attempt.
+      stepCause: ({ context }) => (context.maxAttempts === null ? null : context.stepCause),
     }),
     clearDeadline: assign({ deadline: null }),
     rememberState: assign((_, params: { state: AgentState }) => ({ resumeState: params.state })),
@@ -149,7 +162,18 @@ export const sessionSetup = setup({
     /** Iterations and budget left: the one limit check every new agent step passes. */
     hasLimitsLeft: ({ context }) =>
       context.iterations < context.maxIterations && (context.maxBudget === null || context.spent < context.maxBudget),
-    hasRetriesLeft: ({ context }) => context.rateLimits < context.maxRateLimitRetries,
+    hasRetriesLeft: ({ context }) =>
+      context.rateLimits < context.maxRateLimitRetries &&
+      context.attemptsCounted < (context.maxAttempts ?? LEGACY_MAX_ATTEMPTS),
+    /** The next attempt of the current step, within the bound (an uncounted one always). */
+    takesNextAttempt: ({ context, event }) =>
+      event.type === 'agent.attempt' &&
+      context.stepCause !== null &&
+      event.item === String(context.stepCause) &&
+      event.attempt === context.attempt + 1 &&
+      (!event.counted || context.attemptsCounted < (context.maxAttempts ?? LEGACY_MAX_ATTEMPTS)),
+    /** The step outlived a rate-limit wait (recorded attempts): it goes on as its next attempt. */
+    keepsStep: ({ context }) => context.stepCause !== null,
     hasPendingCommand: ({ context }) => context.pendingCommand !== null,
     hasNoPendingCommand: ({ context }) => context.pendingCommand === null,
     hasLostRuntime: ({ context }) => context.runtimeLost !== null,
@@ -157,8 +181,12 @@ export const sessionSetup = setup({
     runtimeNotComingUp: ({ context }) => !isComingUp(context.runtime),
     /** The log was written under version 3, whose `executing` took any command's output as its own. */
     writtenUnderVersion3: ({ context }) => context.machineVersion <= 3,
+    /** The answer of the current step, by its current attempt (an answer that names none is of any). */
     answersCurrentStep: ({ context, event }) =>
-      'cause' in event && context.stepCause !== null && event.cause === context.stepCause,
+      'cause' in event &&
+      context.stepCause !== null &&
+      event.cause === context.stepCause &&
+      (!('attempt' in event) || event.attempt === undefined || event.attempt === context.attempt),
     answersPendingCommand: ({ context, event }) =>
       'cause' in event && context.pendingCommand !== null && event.cause === context.pendingCommand.eventId,
     answersOlderCommand: ({ context, event }) =>

@@ -37,6 +37,15 @@ export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
       '(machines/step.ts, public xstate API only); each step is the one version 5 took.',
     upcast: (event) => event,
   },
+  6: {
+    reinterprets:
+      'nothing: version 7 adds the stored fact `agent_attempt` (an agent step tried again) and the attempt bound ' +
+      '`conversation_created.max_attempts`, neither of which a version 6 log holds. Without a recorded bound a ' +
+      'log folds as version 6 did: a rate-limited step comes back as a new step (one more iteration), and ' +
+      'answers naming no attempt answer any. Stored agent answers may now carry `item_id`, `attempt`, ' +
+      '`deltas` and `thought`, which change no transition.',
+    upcast: (event) => event,
+  },
 };
 
 /**

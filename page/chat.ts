@@ -16,6 +16,7 @@ export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
       return h(
         'div',
         { ...base, class: `cmd ${event.source}` },
+        thought(event.data.thought),
         h('code', {}, `$ ${event.data.command}`),
         event.data.risk ? h('span', { class: `risk ${event.data.risk}` }, `${event.data.risk} risk`) : null,
       );
@@ -31,11 +32,17 @@ export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
         'div',
         { ...base, class: 'msg agent finish' },
         h('span', { class: 'who' }, 'finished'),
+        thought(event.data.thought),
         event.data.content,
       );
     default:
       return h('div', { ...base, class: 'line' }, describe(event));
   }
+}
+
+/** The text the agent streamed with a tool call, kept with the call once stored. */
+function thought(text: string | undefined): HTMLElement | null {
+  return text ? h('div', { class: 'thought' }, text) : null;
 }
 
 /** An event that is not a message or a command, in a few words. */
@@ -53,6 +60,10 @@ export function describe(event: StoredEvent): string {
       return 'user asked for a new runtime';
     case 'agent_error':
       return `agent error ${event.data.code}: ${event.data.message}`;
+    case 'agent_attempt': {
+      const { attempt, reason, message } = event.data;
+      return `agent tries the step again (attempt ${attempt}: ${reason}${message ? `, ${message}` : ''})`;
+    }
     case 'agent_usage':
       return `LLM call: ${event.data.prompt_tokens} + ${event.data.completion_tokens} tokens`;
     case 'timeout':

@@ -5,6 +5,7 @@ import { chatItem, describe } from './chat.ts';
 import { Diagram } from './diagram.ts';
 import { fill, h } from './dom.ts';
 import { liveSocket } from './liveSocket.ts';
+import { ReplyBubble } from './replyBubble.ts';
 
 /**
  * One conversation: the chat live over the WebSocket protocol, the controls,
@@ -21,6 +22,7 @@ export function openConversation(root: HTMLElement, id: string): void {
 
   const diagram = new Diagram();
   const chat = h('div', { class: 'chat', 'data-testid': 'chat' });
+  const reply = new ReplyBubble(chat);
   const timeline = h('ol', { class: 'timeline', 'data-testid': 'timeline' });
   const inspector = h('div', { class: 'inspector', 'data-testid': 'inspector' });
   const badge = h('span', { class: 'badge', 'data-testid': 'agent-state' }, 'loading');
@@ -36,7 +38,11 @@ export function openConversation(root: HTMLElement, id: string): void {
 
   const socket = liveSocket(id, {
     event: (logged) => arrived(logged),
-    status: (message) => chat.append(h('div', { class: 'line status' }, message)),
+    delta: (frame) => {
+      // Only a running agent writes: what a step given up (stopped, paused) streamed is not shown.
+      if (live && agentStateOf(live) === 'running') reply.delta(frame);
+    },
+    status: (message) => chat.insertBefore(h('div', { class: 'line status' }, message), reply.anchor),
     error: (code, message) => showError(`${code}: ${message}`),
     connected: (up) => {
       connection.textContent = up ? 'live' : 'reconnecting';
@@ -116,6 +122,7 @@ export function openConversation(root: HTMLElement, id: string): void {
 
   function arrived(logged: LoggedEvent): void {
     events.push(logged);
+    const wasRunning = live !== undefined && agentStateOf(live) === 'running';
     try {
       const fold = foldEvents([logged.event], live ? { from: live, trace: true } : { trace: true });
       const step = fold.steps[0];
@@ -124,7 +131,10 @@ export function openConversation(root: HTMLElement, id: string): void {
     } catch (err) {
       showError(`the log does not fold here: ${err instanceof Error ? err.message : String(err)}`);
     }
-    chat.append(chatItem(logged));
+    // The stored answer takes the place of its streamed text; a reply not stored when the agent stops is given up.
+    reply.stored(logged.event);
+    if (wasRunning && live && agentStateOf(live) !== 'running') reply.stopped();
+    chat.insertBefore(chatItem(logged), reply.anchor);
     chat.scrollTop = chat.scrollHeight;
     timeline.append(
       h(

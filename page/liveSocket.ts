@@ -1,10 +1,12 @@
 import type { LoggedEvent } from '../protocol/index.ts';
-import { FINAL_CLOSE_CODES, protocolClient, type ProtocolClient } from '../src/client/index.ts';
+import { FINAL_CLOSE_CODES, protocolClient, type DeltaFrame, type ProtocolClient } from '../src/client/index.ts';
 import { currentToken } from './api.ts';
 
 export interface SocketHandlers {
   /** Each stored event once, in order (a reconnect resumes after the last one). */
   event(logged: LoggedEvent): void;
+  /** A piece of the agent's reply as it is written (never stored; live only). */
+  delta(frame: DeltaFrame): void;
   status(message: string, level: string): void;
   error(code: string, message: string): void;
   /** The connection is up (`true`, after `sync`) or down (`false`, reconnecting). */
@@ -25,6 +27,7 @@ export function liveSocket(conversationId: string, handlers: SocketHandlers): Pr
     ...(token && { token }),
     handlers: {
       event: (frame) => handlers.event(frame),
+      delta: (frame) => handlers.delta(frame),
       status: (frame) => handlers.status(frame.message, frame.level),
       error: (frame) => handlers.error(frame.code, frame.message),
       invalid: (frame) => handlers.error('INVALID_FRAME', `${frame.problem}: ${frame.raw.slice(0, 200)}`),

@@ -31,6 +31,14 @@ export const ConversationCreatedData = z.object({
     .describe(
       'Rate-limited agent steps tried again in a row before the agent gives up in error (absent: 5, the bound before it was recorded).',
     ),
+  max_attempts: z
+    .number()
+    .int()
+    .min(1)
+    .optional()
+    .describe(
+      'Attempts one agent step may take (a rate limit, a server error, a cut stream, its owner lost) before the agent gives up in error (absent: the bounds before it was recorded: 4 tries of a failing server, 5 rate limits in a row, a retried step counted as one more iteration).',
+    ),
   instructions: z.string().optional(),
   secret_names: z.array(z.string()).describe('Names only; values never reach the log.'),
   replay: z.boolean(),
@@ -63,6 +71,37 @@ export const ConversationCreatedData = z.object({
 export const PassivationReason = z.enum(['close_delay', 'idle', 'capacity', 'too_many_running', 'shutdown']);
 export type PassivationReason = z.infer<typeof PassivationReason>;
 
+/** Why an agent step is tried again (`agent_attempt`). */
+export const AttemptReason = z.enum([
+  'rate_limited',
+  'server_error',
+  'network',
+  'stream_cut',
+  'owner_lost',
+  'resumed',
+  'forked',
+]);
+export type AttemptReason = z.infer<typeof AttemptReason>;
+
+/** What an agent event made by one step says of the step's streamed reply. */
+const streamed = {
+  item_id: z
+    .string()
+    .optional()
+    .describe('The step this event answers: the `item_id` of its `delta` frames (opaque; kept by a fork).'),
+  attempt: z.number().int().min(1).optional().describe('The attempt of the step that produced it, from 1.'),
+  deltas: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe('How many `delta` frames that attempt streamed (0: it did not stream).'),
+};
+const thought = z
+  .string()
+  .optional()
+  .describe('The text the model streamed with the tool call this action was made from (its deltas joined).');
+
 export const CommandOutputData = z.object({
   command: z.string(),
   exit_code: z.number().int().nullable().describe('null when the command did not finish.'),
@@ -80,6 +119,7 @@ export const StoredEvent = z
       type: z.literal('message'),
       data: z.object({
         content: z.string(),
+        ...streamed,
         wait_for_response: z
           .literal(false)
           .optional()
@@ -94,10 +134,12 @@ export const StoredEvent = z
       data: z.object({
         command: z.string(),
         risk: z.enum(['low', 'high']).optional().describe("The risk analyzer's rating of an agent's command."),
+        ...streamed,
+        thought,
       }),
     }),
     z.object({ ...envelope, type: z.literal('command_output'), data: CommandOutputData }),
-    z.object({ ...envelope, type: z.literal('finish'), data: z.object({ content: z.string() }) }),
+    z.object({ ...envelope, type: z.literal('finish'), data: z.object({ content: z.string(), ...streamed, thought }) }),
     z.object({
       ...envelope,
       type: z.literal('change_agent_state'),
@@ -128,6 +170,20 @@ export const StoredEvent = z
         message: z.string(),
         retry_at: z.iso.datetime().optional().describe('When a rate-limited step is tried again.'),
       }),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('agent_attempt'),
+      data: z
+        .object({
+          item_id: z.string(),
+          attempt: z.number().int().min(2),
+          reason: AttemptReason,
+          message: z.string().optional().describe('What went wrong with the attempt before, in words.'),
+        })
+        .describe(
+          'The current agent step is tried again as this attempt; its deltas start again from index 0 (stored before the first of them).',
+        ),
     }),
     z.object({
       ...envelope,

@@ -30,9 +30,18 @@ export const ServerFrame = z.discriminatedUnion('type', [
     state: AgentState,
   }),
   z.object({ type: z.literal('event'), seq: Seq, event: StoredEvent }),
+  z.object({
+    type: z.literal('delta'),
+    item_id: z.string(),
+    attempt: z.number().int().min(1),
+    index: z.number().int().min(0),
+    text: z.string(),
+  }),
   z.object({ type: z.literal('status'), level: StatusLevel, id: z.string(), message: z.string() }),
   z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
   z.object({ type: z.literal('pong') }),
 ]);
 export type ServerFrame = z.infer<typeof ServerFrame>;
 export type StatusFrame = Extract<ServerFrame, { type: 'status' }>;
+/** A piece of an agent reply as it is generated (transient, never stored). */
+export type DeltaFrame = Extract<ServerFrame, { type: 'delta' }>;

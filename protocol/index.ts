@@ -8,6 +8,7 @@ export {
   ConversationCreatedData,
   CommandOutputData,
   PassivationReason,
+  AttemptReason,
   type StoredEventType,
   type EventOf,
   type NewEvent,
@@ -20,6 +21,7 @@ export {
   MAX_MESSAGE_CHARS,
   MAX_COMMAND_CHARS,
   type StatusFrame,
+  type DeltaFrame,
 } from './frames.ts';
 export {
   CreateConversationBody,

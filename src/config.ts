@@ -3,7 +3,7 @@ import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
 import { parseSecretsKey } from './store/index.ts';
-import type { SessionLimits } from './host/index.ts';
+import { DEFAULT_MAX_ATTEMPTS, type SessionLimits } from './host/index.ts';
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES } from './tether.ts';
 
 const port = z.coerce.number().int().min(0).max(65_535);
@@ -42,6 +42,7 @@ export const ConfigSchema = z.object({
   TETHER_MAX_RUNNING_PER_USER: positiveInt.default(3),
   TETHER_START_TIMEOUT_MS: positiveInt.default(60_000),
   TETHER_RATE_LIMIT_RETRIES: z.coerce.number().int().min(0).default(DEFAULT_RATE_LIMIT_RETRIES),
+  TETHER_MAX_ATTEMPTS: positiveInt.default(DEFAULT_MAX_ATTEMPTS),
   TETHER_SNAPSHOT_EVERY: positiveInt.default(200),
   TETHER_CHECKPOINT_EVERY: positiveInt.default(100),
   TETHER_REHYDRATE_CONCURRENCY: positiveInt.default(8),
@@ -50,7 +51,12 @@ export const ConfigSchema = z.object({
   TETHER_LLM_API_KEY: z.string().min(1).optional(),
   TETHER_LLM_PRICE_PROMPT: z.coerce.number().min(0).default(0),
   TETHER_LLM_PRICE_COMPLETION: z.coerce.number().min(0).default(0),
+  TETHER_LLM_STREAM: z
+    .enum(['true', 'false'], { error: 'use true or false' })
+    .default('true')
+    .transform((v) => v === 'true'),
   TETHER_AGENT_DELAY_MS: z.coerce.number().int().min(0).default(0),
+  TETHER_AGENT_DELTA_MS: z.coerce.number().int().min(0).default(0),
   TETHER_TOKENS: z.string().optional(),
   TETHER_JWT_SECRET: z.string().min(32, 'use a secret of at least 32 characters').optional(),
   TETHER_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
@@ -90,6 +96,8 @@ export interface Config {
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
   limits: SessionLimits;
   agentDelayMs: number;
+  /** The scripted agent streams its replies a few words per delta, this far apart (0: no deltas). */
+  agentDeltaMs: number;
   /** token → user; empty with no TETHER_TOKENS. */
   tokens: Map<string, string>;
   jwtSecret: string | undefined;
@@ -99,6 +107,8 @@ export interface Config {
     model: string;
     apiKey: string;
     pricing: { promptUsdPerMillion: number; completionUsdPerMillion: number };
+    /** Stream replies (`stream: true`), forwarding each delta to clients as it comes. */
+    stream: boolean;
   } | null;
 }
 
@@ -147,6 +157,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,
     agentDelayMs: c.TETHER_AGENT_DELAY_MS,
+    agentDeltaMs: c.TETHER_AGENT_DELTA_MS,
     tokens: parseTokensOrThrow(c.TETHER_TOKENS),
     jwtSecret: c.TETHER_JWT_SECRET,
     llm:
@@ -160,6 +171,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
               promptUsdPerMillion: c.TETHER_LLM_PRICE_PROMPT,
               completionUsdPerMillion: c.TETHER_LLM_PRICE_COMPLETION,
             },
+            stream: c.TETHER_LLM_STREAM,
           },
     limits: {
       closeDelayMs: c.TETHER_CLOSE_DELAY_MS,
@@ -168,6 +180,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxRunningPerUser: c.TETHER_MAX_RUNNING_PER_USER,
       startTimeoutMs: c.TETHER_START_TIMEOUT_MS,
       rateLimitRetries: c.TETHER_RATE_LIMIT_RETRIES,
+      maxAttempts: c.TETHER_MAX_ATTEMPTS,
       snapshotEvery: c.TETHER_SNAPSHOT_EVERY,
       checkpointEvery: c.TETHER_CHECKPOINT_EVERY,
       rehydrateConcurrency: c.TETHER_REHYDRATE_CONCURRENCY,

@@ -8,8 +8,12 @@ export interface AgentUsage {
   cost: number;
 }
 
-/** The agent's next move, with what it cost when an LLM produced it. */
-export type AgentAction = AgentMove & { usage?: AgentUsage };
+/**
+ * The agent's next move, with what it cost when an LLM produced it. A move
+ * made from a tool call keeps the text the model streamed with it in
+ * `thought` (a text message's streamed text is its `content`).
+ */
+export type AgentAction = AgentMove & { usage?: AgentUsage; thought?: string };
 
 export type AgentMove =
   /**
@@ -24,6 +28,13 @@ export type AgentMove =
 
 export interface AgentStepInput {
   signal?: AbortSignal;
+  /**
+   * The reply's text as it is generated, one piece per call, in order. An agent
+   * that streams calls it for every piece; the pieces joined are exactly the
+   * action's `content` (a text message) or `thought` (a tool call). Never
+   * called by an agent that does not stream.
+   */
+  onDelta?: (text: string) => void;
 }
 
 /**

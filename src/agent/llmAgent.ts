@@ -1,16 +1,22 @@
-import { setTimeout as delay } from 'node:timers/promises';
-import { z } from 'zod';
-import type { Agent, AgentAction, AgentContext } from './agent.ts';
+import type { Agent, AgentAction, AgentContext, AgentStepInput } from './agent.ts';
 import { ChatTranscript } from './chatTranscript.ts';
 import {
   LlmAuthenticationError,
   LlmQuotaExceededError,
   LlmRateLimitError,
   LlmRequestError,
-  LlmResponseError,
   LlmServerError,
+  clip,
 } from './llmErrors.ts';
-import { CHAT_TOOLS, toAgentAction, type ChatMessage } from './llmMessages.ts';
+import { CHAT_TOOLS, parseCompletion, toAgentAction, toStreamedAction, type ChatMessage } from './llmMessages.ts';
+import {
+  ChatStream,
+  looksLikeEventStream,
+  readChatStream,
+  refusesStreamOptions,
+  streamRequest,
+  type TokenCounts,
+} from './llmStream.ts';
 
 /** US dollars per million tokens, for the cost estimate in `LlmUsage`. */
 export interface LlmPricing {
@@ -34,13 +40,22 @@ export interface LlmAgentOptions {
   model: string;
   /** Sent as `Authorization: Bearer`; never logged and never part of an error. */
   apiKey: string;
-  /** Retries of a step after a 5xx, 408, timeout or network error (default 3). */
-  maxRetries?: number;
-  /** First backoff; it doubles each retry (default 500 ms). */
-  retryBaseMs?: number;
-  /** Limit of one HTTP attempt, body included (default 120 s). */
+  /**
+   * Stream the reply (default true): `stream: true` with `stream_options:
+   * { include_usage: true }`, each text delta handed to `onDelta` as it comes.
+   * An endpoint that refuses `stream_options` is asked again at once without
+   * them, and this agent does not send them again once that worked (its usage
+   * is then unknown). The refusal is a 4xx other than 401, 403 and 429 whose
+   * body names `stream_options`, or a 400 or 422 whose body speaks of an
+   * unknown, unrecognized, unsupported or unexpected parameter (argument,
+   * field, property, key) or of extra inputs not permitted. An endpoint that
+   * answers JSON all the same is read as a whole, its text one delta. With
+   * false, one plain completion per step.
+   */
+  stream?: boolean;
+  /** Limit of one HTTP exchange, the whole body or stream included (default 120 s). */
   timeoutMs?: number;
-  /** Wait proposed after a 429 without a Retry-After header (default 1000 ms). */
+  /** Wait proposed after a 429 without a Retry-After header, or a rate-limit error in a stream (default 1000 ms). */
   defaultRetryAfterMs?: number;
   maxOutputChars?: number;
   pricing?: LlmPricing;
@@ -51,38 +66,32 @@ export interface LlmAgentOptions {
   now?: () => number;
 }
 
-const ToolCall = z.object({
-  function: z.object({
-    name: z.string(),
-    arguments: z.union([z.string(), z.record(z.string(), z.unknown())]).nullish(),
-  }),
-});
-const ChatCompletion = z.object({
-  choices: z
-    .array(z.object({ message: z.object({ content: z.string().nullish(), tool_calls: z.array(ToolCall).nullish() }) }))
-    .min(1),
-  usage: z.object({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
-});
-type ChatCompletion = z.infer<typeof ChatCompletion>;
+/** An action and what the endpoint said it cost. */
+interface Answer {
+  action: AgentAction;
+  usage: TokenCounts | null | undefined;
+}
 
-/** An attempt that may succeed if tried again. */
-interface Transient {
-  status: number | null;
-  detail: string;
-  cause?: unknown;
+/** One HTTP exchange under way: its answer and the timeout that also bounds reading the body. */
+interface Exchange {
+  response: Response;
+  timeout: AbortSignal;
 }
 
 /**
  * An Agent backed by any OpenAI-compatible chat-completions endpoint, with
- * function calling. One step is one completion: transient failures are retried
- * inside the step with exponential backoff; a 429 is thrown at once as
- * `LlmRateLimitError` so the session can show `rate_limited` and schedule the
- * retry itself. `signal` aborts the request and every wait.
+ * function calling. One step is one completion and one HTTP exchange, never
+ * retried here: a 5xx, a timeout, a network failure or a cut stream is thrown
+ * at once as `LlmServerError` (with its `reason`), a 429 as `LlmRateLimitError`,
+ * and the session tries the step again as a new attempt. `signal` aborts the
+ * request and the reading of the stream at once.
  */
 export class LlmAgent implements Agent {
   readonly #options: LlmAgentOptions;
   readonly #url: string;
   #lastUsage: LlmUsage | null = null;
+  /** Whether to ask for usage in the stream: false once the endpoint refused `stream_options`. */
+  #streamOptions = true;
 
   constructor(options: LlmAgentOptions) {
     this.#options = options;
@@ -99,81 +108,149 @@ export class LlmAgent implements Agent {
     const transcript = new ChatTranscript({ maxOutputChars: this.#options.maxOutputChars });
     return {
       observe: (event) => transcript.observe(event),
-      step: (input) => this.#step(conversationId, transcript.messages, input?.signal),
+      step: (input) => this.#step(conversationId, transcript.messages, input),
     };
   }
 
   async #step(
     conversationId: string,
     messages: readonly ChatMessage[],
-    signal: AbortSignal | undefined,
+    input: AgentStepInput | undefined,
   ): Promise<AgentAction> {
-    signal?.throwIfAborted();
+    input?.signal?.throwIfAborted();
     // Serialised now: events observed while the request is out belong to the next step.
-    const body = JSON.stringify({ model: this.#options.model, messages, tools: CHAT_TOOLS, tool_choice: 'auto' });
-    const completion = await this.#complete(body, signal);
-    const action = toAgentAction(completion.choices[0]!.message);
-    const usage = this.#record(conversationId, completion);
-    return usage
+    const request = JSON.stringify({ model: this.#options.model, messages, tools: CHAT_TOOLS, tool_choice: 'auto' });
+    const { action, usage } =
+      (this.#options.stream ?? true)
+        ? await this.#streamed(request, input ?? {})
+        : await this.#plain(request, input?.signal);
+    const recorded = usage ? this.#record(conversationId, usage) : undefined;
+    return recorded
       ? {
           ...action,
           usage: {
-            prompt_tokens: usage.promptTokens,
-            completion_tokens: usage.completionTokens,
-            cost: usage.costUsd ?? 0,
+            prompt_tokens: recorded.promptTokens,
+            completion_tokens: recorded.completionTokens,
+            cost: recorded.costUsd ?? 0,
           },
         }
       : action;
   }
 
-  async #complete(body: string, signal: AbortSignal | undefined): Promise<ChatCompletion> {
-    const { maxRetries = 3, retryBaseMs = 500 } = this.#options;
-    for (let attempt = 0; ; attempt++) {
-      const outcome = await this.#attempt(body, signal);
-      if (!isTransient(outcome)) return outcome;
-      if (attempt >= maxRetries) {
-        throw new LlmServerError(outcome.status, attempt + 1, outcome.detail, { cause: outcome.cause });
-      }
-      try {
-        await delay(retryBaseMs * 2 ** attempt, undefined, { signal });
-      } catch (err) {
-        signal?.throwIfAborted();
-        throw err;
-      }
-    }
+  /** One plain completion, read whole. */
+  async #plain(request: string, signal: AbortSignal | undefined): Promise<Answer> {
+    const exchange = await this.#post(request, signal);
+    if (!exchange.response.ok) throw await this.#failure(exchange, signal);
+    const completion = parseCompletion(await this.#body(exchange, signal), (t) => this.#redact(t));
+    return { action: toAgentAction(completion.choices[0]!.message), usage: completion.usage };
   }
 
-  /** One HTTP exchange: a completion, a transient failure, or a thrown final error. */
-  async #attempt(body: string, signal: AbortSignal | undefined): Promise<ChatCompletion | Transient> {
+  /** One streamed completion, asked again at once without `stream_options` if the endpoint refuses them. */
+  async #streamed(request: string, { signal, onDelta }: AgentStepInput): Promise<Answer> {
+    const withOptions = this.#streamOptions;
+    let exchange = await this.#post(streamRequest(request, withOptions), signal);
+    if (withOptions && !exchange.response.ok) {
+      const text = await this.#errorText(exchange, signal);
+      if (!refusesStreamOptions(exchange.response.status, text)) throw this.#failureOf(exchange.response, text);
+      exchange = await this.#post(streamRequest(request, false), signal);
+      if (exchange.response.ok) this.#streamOptions = false;
+    }
+    if (!exchange.response.ok) throw await this.#failure(exchange, signal);
+    const options = {
+      onDelta,
+      signal,
+      redact: (text: string) => this.#redact(text),
+      retryAfterMs: this.#options.defaultRetryAfterMs ?? 1_000,
+    };
+    if (/text\/event-stream/i.test(exchange.response.headers.get('content-type') ?? '')) {
+      const streamed = await readChatStream(exchange.response.body, {
+        ...options,
+        readFailed: (err) => this.#cut(err, exchange, signal),
+      });
+      return { action: toStreamedAction(streamed.reply), usage: streamed.usage };
+    }
+    const text = await this.#body(exchange, signal);
+    if (looksLikeEventStream(text)) {
+      const stream = new ChatStream(options);
+      stream.push(text);
+      const streamed = stream.end();
+      return { action: toStreamedAction(streamed.reply), usage: streamed.usage };
+    }
+    // The endpoint ignored `stream`: its whole text, as a plain completion gives it, is the one delta.
+    const completion = parseCompletion(text, options.redact);
+    const { message } = completion.choices[0]!;
+    const whole = message.content?.trim() ?? '';
+    const action = toStreamedAction({ ...message, content: whole });
+    if (whole) {
+      signal?.throwIfAborted();
+      onDelta?.(whole);
+    }
+    return { action, usage: completion.usage };
+  }
+
+  /** Sends one request; no answer at all is `LlmServerError` (`network`). */
+  async #post(body: string, signal: AbortSignal | undefined): Promise<Exchange> {
     const timeout = AbortSignal.timeout(this.#options.timeoutMs ?? 120_000);
     const fetchFn = this.#options.fetch ?? fetch;
-    let text: string;
-    let response: Response;
     try {
-      response = await fetchFn(this.#url, {
+      const response = await fetchFn(this.#url, {
         method: 'POST',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${this.#options.apiKey}` },
         body,
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });
-      text = await response.text();
+      return { response, timeout };
     } catch (err) {
       signal?.throwIfAborted();
-      if (timeout.aborted) return { status: null, detail: 'timed out' };
-      const detail = this.#redact(networkDetail(err));
-      // An invalid header value is reported with the value itself: such a cause is dropped.
-      return { status: null, detail, ...(detail === networkDetail(err) && { cause: err }) };
+      if (timeout.aborted) throw new LlmServerError('network', null, 'timed out');
+      throw this.#networkError('network', err);
     }
-    if (response.ok) return parseCompletion(text, (t) => this.#redact(t));
+  }
+
+  /** A 2xx body read whole; a body that breaks off is `LlmServerError` (`stream_cut`). */
+  async #body(exchange: Exchange, signal: AbortSignal | undefined): Promise<string> {
+    try {
+      return await exchange.response.text();
+    } catch (err) {
+      throw this.#cut(err, exchange, signal);
+    }
+  }
+
+  /** What a failed read of a 2xx body means: the caller's abort, else a cut answer. */
+  #cut(err: unknown, exchange: Exchange, signal: AbortSignal | undefined): Error {
+    signal?.throwIfAborted();
+    if (exchange.timeout.aborted) return new LlmServerError('stream_cut', null, 'timed out while reading the answer');
+    return this.#networkError('stream_cut', err);
+  }
+
+  #networkError(reason: 'network' | 'stream_cut', err: unknown): LlmServerError {
+    const detail = this.#redact(networkDetail(err));
+    // An invalid header value is reported with the value itself: such a cause is dropped.
+    return new LlmServerError(reason, null, detail, detail === networkDetail(err) ? { cause: err } : undefined);
+  }
+
+  /** The body of a failed answer; one that cannot be read is empty (its status says enough). */
+  async #errorText(exchange: Exchange, signal: AbortSignal | undefined): Promise<string> {
+    const text = await exchange.response.text().catch(() => '');
+    signal?.throwIfAborted();
+    return text;
+  }
+
+  async #failure(exchange: Exchange, signal: AbortSignal | undefined): Promise<Error> {
+    return this.#failureOf(exchange.response, await this.#errorText(exchange, signal));
+  }
+
+  /** The error of a non-2xx answer. */
+  #failureOf(response: Response, text: string): Error {
     const status = response.status;
     const detail = providerMessage(this.#redact(text));
-    if (status === 401 || status === 403) throw new LlmAuthenticationError(status);
+    if (status === 401 || status === 403) return new LlmAuthenticationError(status);
     if (status === 429) {
-      if (/insufficient_quota/.test(text)) throw new LlmQuotaExceededError(detail);
-      throw new LlmRateLimitError(this.#retryAfterMs(response.headers), detail);
+      if (/insufficient_quota/.test(text)) return new LlmQuotaExceededError(detail);
+      return new LlmRateLimitError(this.#retryAfterMs(response.headers), detail);
     }
-    if (status === 408 || status >= 500) return { status, detail };
-    throw new LlmRequestError(status, detail);
+    if (status === 408 || status >= 500) return new LlmServerError('server_error', status, detail);
+    return new LlmRequestError(status, detail);
   }
 
   /** `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date, else the default. */
@@ -195,9 +272,8 @@ export class LlmAgent implements Agent {
     return key ? text.split(key).join('[redacted]') : text;
   }
 
-  #record(conversationId: string, completion: ChatCompletion): LlmUsage | undefined {
-    if (!completion.usage) return undefined;
-    const { prompt_tokens: promptTokens, completion_tokens: completionTokens } = completion.usage;
+  #record(conversationId: string, counts: TokenCounts): LlmUsage {
+    const { prompt_tokens: promptTokens, completion_tokens: completionTokens } = counts;
     const pricing = this.#options.pricing;
     const usage: LlmUsage = {
       conversationId,
@@ -219,24 +295,6 @@ export function llmAgent(options: LlmAgentOptions): LlmAgent {
   return new LlmAgent(options);
 }
 
-function isTransient(outcome: ChatCompletion | Transient): outcome is Transient {
-  return !('choices' in outcome);
-}
-
-/** `redact` cleans the body before it is quoted; JSON.parse's own error quotes it raw, so it is not kept. */
-function parseCompletion(text: string, redact: (text: string) => string): ChatCompletion {
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    throw new LlmResponseError(`the body is not JSON: ${JSON.stringify(clip(redact(text.trim()), 100))}`);
-  }
-  const parsed = ChatCompletion.safeParse(json);
-  if (!parsed.success)
-    throw new LlmResponseError('it is not a chat completion with a message', { cause: parsed.error });
-  return parsed.data;
-}
-
 /** The `error.message` of an OpenAI-style error body, else the start of the body. */
 function providerMessage(text: string): string {
   try {
@@ -256,8 +314,4 @@ function networkDetail(err: unknown): string {
   const cause = err.cause instanceof Error ? err.cause : undefined;
   const code = (cause as { code?: unknown } | undefined)?.code;
   return cause ? `${err.message} (${typeof code === 'string' ? `${code}: ` : ''}${cause.message})` : err.message;
-}
-
-function clip(text: string, max = 300): string {
-  return text.length > max ? `${text.slice(0, max)}…` : text;
 }

@@ -15,9 +15,10 @@ export class LlmAuthenticationError extends TetherError {
 }
 
 /**
- * The endpoint is rate limiting (HTTP 429). The step is not retried inside the
- * agent: the session stores `agent_error` with `retry_at` = now + `retryAfterMs`
- * and shows `rate_limited` until then.
+ * The endpoint is rate limiting (HTTP 429, or a rate-limit error event inside a
+ * stream). The step is not retried inside the agent: the session stores
+ * `agent_error` with `retry_at` = now + `retryAfterMs` and shows `rate_limited`
+ * until then.
  */
 export class LlmRateLimitError extends TetherError {
   readonly retryAfterMs: number;
@@ -38,16 +39,40 @@ export class LlmQuotaExceededError extends TetherError {
   }
 }
 
-/** 5xx, 408, a timeout or a network failure, still failing after every retry. */
+/** Why a step failed in a way that trying it again may cure; see `LlmServerError`. */
+export type LlmServerErrorReason = 'server_error' | 'network' | 'stream_cut';
+
+/**
+ * A step that may succeed if tried again. The agent makes one HTTP exchange per
+ * step and never retries it: the session stores the failure and tries a new
+ * attempt itself. `reason` says what went wrong:
+ * - `server_error`: HTTP 5xx or 408, or an error event inside a stream;
+ * - `network`: no answer came (timeout, refused connection, reset before the
+ *   status line);
+ * - `stream_cut`: a 2xx answer started and did not end: its body broke off,
+ *   timed out, or the stream ended without `[DONE]` and without a `finish_reason`.
+ */
 export class LlmServerError extends TetherError {
-  /** The last HTTP status, or null when the last attempt got no response. */
+  readonly reason: LlmServerErrorReason;
+  /** The HTTP status that failed; null without one (`network`, `stream_cut`, an error event in a stream). */
   readonly status: number | null;
-  readonly attempts: number;
-  constructor(status: number | null, attempts: number, detail: string, options?: { cause?: unknown }) {
-    const what = status === null ? 'could not be reached' : `failed with HTTP ${status}`;
-    super('LLM_SERVER_ERROR', `the LLM endpoint ${what} (${attempts} attempts)${suffix(detail)}`, options);
+  /** Always 1: the agent sends each step once; the session counts its own attempts. */
+  readonly attempts: number = 1;
+  constructor(reason: LlmServerErrorReason, status: number | null, detail: string, options?: { cause?: unknown }) {
+    super('LLM_SERVER_ERROR', `the LLM endpoint ${what(reason, status)}${suffix(detail)}`, options);
+    this.reason = reason;
     this.status = status;
-    this.attempts = attempts;
+  }
+}
+
+function what(reason: LlmServerErrorReason, status: number | null): string {
+  switch (reason) {
+    case 'server_error':
+      return status === null ? 'reported an error while streaming' : `failed with HTTP ${status}`;
+    case 'network':
+      return 'could not be reached';
+    case 'stream_cut':
+      return 'cut its answer short';
   }
 }
 
@@ -69,4 +94,9 @@ export class LlmResponseError extends TetherError {
 
 function suffix(detail: string): string {
   return detail ? `: ${detail}` : '';
+}
+
+/** At most `max` characters of a provider's text, for an error message. */
+export function clip(text: string, max = 300): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
 }

@@ -1,5 +1,6 @@
+import { z } from 'zod';
 import type { AgentAction } from './agent.ts';
-import { LlmResponseError } from './llmErrors.ts';
+import { clip, LlmResponseError } from './llmErrors.ts';
 
 /** A tool call as chat-completions APIs write it. */
 export interface ChatToolCall {
@@ -19,6 +20,35 @@ export type ChatMessage =
 export interface AssistantReply {
   content?: string | null;
   tool_calls?: { function: { name: string; arguments?: string | Record<string, unknown> | null } }[] | null;
+}
+
+const ToolCall = z.object({
+  function: z.object({
+    name: z.string(),
+    arguments: z.union([z.string(), z.record(z.string(), z.unknown())]).nullish(),
+  }),
+});
+const ChatCompletion = z.object({
+  choices: z
+    .array(z.object({ message: z.object({ content: z.string().nullish(), tool_calls: z.array(ToolCall).nullish() }) }))
+    .min(1),
+  usage: z.object({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
+});
+/** A plain (not streamed) chat completion, as far as Tether reads it. */
+export type ChatCompletion = z.infer<typeof ChatCompletion>;
+
+/** `redact` cleans the body before it is quoted; JSON.parse's own error quotes it raw, so it is not kept. */
+export function parseCompletion(text: string, redact: (text: string) => string): ChatCompletion {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new LlmResponseError(`the body is not JSON: ${JSON.stringify(clip(redact(text.trim()), 100))}`);
+  }
+  const parsed = ChatCompletion.safeParse(json);
+  if (!parsed.success)
+    throw new LlmResponseError('it is not a chat completion with a message', { cause: parsed.error });
+  return parsed.data;
 }
 
 const stringParam = (description: string) => ({ type: 'string', description });
@@ -81,6 +111,21 @@ export function toAgentAction(message: AssistantReply): AgentAction {
     default:
       throw new LlmResponseError(`the model called an unknown tool ${JSON.stringify(name)}`);
   }
+}
+
+/**
+ * The action of a streamed reply, whose text stays exactly as streamed: without
+ * a tool call it is the message's content (not trimmed; only whitespace is no
+ * message), with one it is the action's `thought` (when there is any text).
+ */
+export function toStreamedAction(reply: AssistantReply): AgentAction {
+  const text = reply.content ?? '';
+  if (!reply.tool_calls?.[0]) {
+    if (!text.trim()) throw new LlmResponseError('the reply has neither text nor a tool call');
+    return { type: 'message', content: text };
+  }
+  const action = toAgentAction(reply);
+  return text ? { ...action, thought: text } : action;
 }
 
 function toolArguments(

@@ -9,7 +9,10 @@ type ReplayAction = NonNullable<
 export function trajectoryActions(events: readonly StoredEvent[]): ReplayAction[] {
   return events.flatMap((event): ReplayAction[] => {
     if (event.source !== 'agent') return [];
-    if (event.type === 'message') return [{ type: 'message', ...event.data }];
+    if (event.type === 'message') {
+      const { content, wait_for_response } = event.data;
+      return [{ type: 'message', content, ...(wait_for_response === false && { wait_for_response }) }];
+    }
     if (event.type === 'command') return [{ type: 'run', command: event.data.command }];
     if (event.type === 'finish') return [{ type: 'finish', content: event.data.content }];
     return [];

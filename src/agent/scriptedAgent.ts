@@ -21,21 +21,38 @@ const HELP =
  * summary, anything else an acknowledgement that says how to run commands. When more
  * wait behind it, its message goes on (`waitForResponse: false`) so each gets its step.
  */
-export class ScriptedAgent implements Agent {
-  readonly #delayMs: number;
+export interface ScriptedAgentOptions {
+  /** Think time before each answer, so a demo (or a test) can catch the agent mid-step. */
+  delayMs?: number;
+  /** Stream each message a few words per delta, this far apart (0: no deltas). */
+  deltaMs?: number;
+}
 
-  /** `delayMs`: think time before each answer, so a demo (or a test) can catch the agent mid-step. */
-  constructor(options: { delayMs?: number } = {}) {
-    this.#delayMs = options.delayMs ?? 0;
+export class ScriptedAgent implements Agent {
+  readonly #options: ScriptedAgentOptions;
+
+  constructor(options: ScriptedAgentOptions = {}) {
+    this.#options = options;
   }
 
   context(): AgentContext {
-    return new ScriptedContext(this.#delayMs);
+    return new ScriptedContext(this.#options.delayMs ?? 0, this.#options.deltaMs ?? 0);
   }
 }
 
-export function scriptedAgent(options: { delayMs?: number } = {}): ScriptedAgent {
+export function scriptedAgent(options: ScriptedAgentOptions = {}): ScriptedAgent {
   return new ScriptedAgent(options);
+}
+
+/** Words per delta of a streamed scripted reply. */
+const WORDS_PER_DELTA = 3;
+
+/** `text` in pieces of a few words, whitespace kept, so the pieces joined are `text`. */
+export function wordPieces(text: string, words = WORDS_PER_DELTA): string[] {
+  const tokens = text.split(/(?<=\s)(?=\S)/);
+  const pieces: string[] = [];
+  for (let i = 0; i < tokens.length; i += words) pieces.push(tokens.slice(i, i + words).join(''));
+  return pieces.filter((piece) => piece !== '');
 }
 
 type Cue = { kind: 'user'; text: string } | { kind: 'output'; output: EventOf<'command_output'> };
@@ -50,12 +67,14 @@ type Cue = { kind: 'user'; text: string } | { kind: 'output'; output: EventOf<'c
  */
 class ScriptedContext implements AgentContext {
   readonly #delayMs: number;
+  readonly #deltaMs: number;
   readonly #pending: Cue[] = [];
   readonly #agentCommands = new Set<number>();
   #agentSpoke = false;
 
-  constructor(delayMs: number) {
+  constructor(delayMs: number, deltaMs: number) {
     this.#delayMs = delayMs;
+    this.#deltaMs = deltaMs;
   }
 
   observe(event: StoredEvent): void {
@@ -70,11 +89,18 @@ class ScriptedContext implements AgentContext {
     }
   }
 
-  async step({ signal }: AgentStepInput = {}): Promise<AgentAction> {
+  async step({ signal, onDelta }: AgentStepInput = {}): Promise<AgentAction> {
     signal?.throwIfAborted();
     if (this.#delayMs > 0) await delay(this.#delayMs, undefined, { signal });
     // After the think time: a message stored meanwhile waits behind this answer.
-    return this.#nextAction();
+    const action = this.#nextAction();
+    if (this.#deltaMs > 0 && onDelta && action.type !== 'run') {
+      for (const [i, piece] of wordPieces(action.content).entries()) {
+        if (i > 0) await delay(this.#deltaMs, undefined, { signal });
+        onDelta(piece);
+      }
+    }
+    return action;
   }
 
   #nextAction(): AgentAction {

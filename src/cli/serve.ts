@@ -224,9 +224,13 @@ async function keptNodeId(dataDir: string): Promise<string> {
 function agentOf(config: Config, logger: Logger) {
   logger.info(
     'agent',
-    config.llm ? { kind: 'llm', base_url: config.llm.baseUrl, model: config.llm.model } : { kind: 'scripted' },
+    config.llm
+      ? { kind: 'llm', base_url: config.llm.baseUrl, model: config.llm.model, stream: config.llm.stream }
+      : { kind: 'scripted', delta_ms: config.agentDeltaMs },
   );
-  return config.llm ? llmAgent(config.llm) : scriptedAgent({ delayMs: config.agentDelayMs });
+  return config.llm
+    ? llmAgent(config.llm)
+    : scriptedAgent({ delayMs: config.agentDelayMs, deltaMs: config.agentDeltaMs });
 }
 
 function closeHttp(http: Server): Promise<void> {

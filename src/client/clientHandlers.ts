@@ -3,6 +3,7 @@ import type { ServerFrame } from '../../protocol/index.ts';
 export type SyncFrame = Extract<ServerFrame, { type: 'sync' }>;
 export type EventFrame = Extract<ServerFrame, { type: 'event' }>;
 export type StatusFrame = Extract<ServerFrame, { type: 'status' }>;
+export type DeltaFrame = Extract<ServerFrame, { type: 'delta' }>;
 export type ErrorFrame = Extract<ServerFrame, { type: 'error' }>;
 export type PongFrame = Extract<ServerFrame, { type: 'pong' }>;
 
@@ -52,6 +53,12 @@ export interface ProtocolHandlers {
   event?(frame: EventFrame, raw: string): void;
   /** A transient status (never stored, in no order relative to events). */
   status?(frame: StatusFrame, raw: string): void;
+  /**
+   * A piece of an agent reply as it is generated (never stored). Key them by
+   * (item_id, attempt, index); drop an older attempt's text when a newer one
+   * starts; replace them by the stored event whose `data.item_id` is the item.
+   */
+  delta?(frame: DeltaFrame, raw: string): void;
   /** The server refused a frame or an action; the connection stays open. */
   error?(frame: ErrorFrame, raw: string): void;
   pong?(frame: PongFrame, raw: string): void;

@@ -31,7 +31,8 @@ function notString(frame: Record<string, unknown>, fields: readonly string[]): s
  * frame. A frame is an object with a known `type` and the fields the client
  * and its callers read, of the right kind: `sync` a conversation id, an
  * integer `through_seq` and a state; `event` an integer `seq` and an `event`
- * object with a string `type`; `status` and `error` their strings. What is
+ * object with a string `type`; `delta` its item, attempt, index and text;
+ * `status` and `error` their strings. What is
  * inside an event is not looked at (the strict check does that).
  */
 export const lightFrameCheck: FrameCheck = (value) => {
@@ -54,6 +55,12 @@ export const lightFrameCheck: FrameCheck = (value) => {
     case 'error': {
       const field = notString(value, ERROR_STRINGS);
       return field === undefined ? VALID : problem(`error: ${field} is not a string`);
+    }
+    case 'delta': {
+      if (typeof value.item_id !== 'string') return problem('delta: item_id is not a string');
+      if (!isSeq(value.attempt) || value.attempt < 1) return problem('delta: attempt is not a positive integer');
+      if (!isSeq(value.index)) return problem('delta: index is not a non-negative integer');
+      return typeof value.text === 'string' ? VALID : problem('delta: text is not a string');
     }
     case 'pong':
       return VALID;

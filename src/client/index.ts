@@ -8,6 +8,7 @@ export type {
   SyncFrame,
   EventFrame,
   StatusFrame,
+  DeltaFrame,
   ErrorFrame,
   PongFrame,
 } from './clientHandlers.ts';

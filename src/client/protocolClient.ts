@@ -227,6 +227,10 @@ export class ProtocolClient<S extends WebSocketLike = WebSocketLike> {
       case 'status':
         this.#handlers.status?.(frame, data);
         return;
+      case 'delta':
+        if (!this.#synced) return this.#invalid({ reason: 'order', problem: 'a delta before sync', raw: data, value });
+        this.#handlers.delta?.(frame, data);
+        return;
       case 'error':
         this.#handlers.error?.(frame, data);
         return;

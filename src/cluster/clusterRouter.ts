@@ -1,5 +1,5 @@
-import type { PassivationReason, UserAction } from '../../protocol/index.ts';
-import type { AppendResult, ClusterBus } from '../store/index.ts';
+import type { DeltaFrame, PassivationReason, UserAction } from '../../protocol/index.ts';
+import { deltaFrom, type AppendResult, type ClusterBus } from '../store/index.ts';
 import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
 import { ClusterOwnership, type Ownership } from './ownership.ts';
 
@@ -7,6 +7,8 @@ import { ClusterOwnership, type Ownership } from './ownership.ts';
 export interface RouterHost {
   /** Whether the conversation's session runs in this process. */
   isLive(conversationId: string): boolean;
+  /** The deltas of the agent step attempt under way in the session here, from index 0, or null. */
+  deltasHere(conversationId: string): readonly DeltaFrame[] | null;
   /** Applies an action to the session here (claimed and brought back when needed); NotOwnerError when another node owns it. */
   actHere(conversationId: string, user: string, action: UserAction, clientId: string): Promise<AppendResult>;
   /** Deletes the conversation here (claimed when needed); NotOwnerError when another node owns it. */
@@ -80,6 +82,7 @@ export class ClusterRouter {
     const id = request.conversation_id;
     try {
       // Sent out by another node's per-user cap: only a session here leaves; none here, nothing to do.
+      if (request.op === 'deltas') return { ok: true, deltas: this.#host.deltasHere(id) ?? [] };
       if (request.op === 'passivate') {
         if (this.#isLive(id)) await this.#host.passivate(id, request.reason);
         return { ok: true };
@@ -91,6 +94,26 @@ export class ClusterRouter {
       return { ok: true };
     } catch (err) {
       return errorAnswer(err);
+    }
+  }
+
+  /**
+   * The deltas of the agent step attempt under way, from whichever node runs
+   * the conversation (this one, or its owner over the cluster bus); null when
+   * none is known or the owner did not answer within a lease (a client then
+   * gets the stored message, and the next attempt's deltas).
+   */
+  async deltas(conversationId: string): Promise<readonly DeltaFrame[] | null> {
+    if (this.#isLive(conversationId)) return this.#host.deltasHere(conversationId);
+    try {
+      const node = await this.ownerElsewhere(conversationId);
+      if (node === null || !this.#bus) return null;
+      const request: ForwardRequest = { op: 'deltas', conversation_id: conversationId };
+      const answer = (await this.#bus.request(node, request, this.#leaseMs)) as { deltas?: unknown };
+      if (!Array.isArray(answer?.deltas)) return null;
+      return answer.deltas.flatMap((d) => deltaFrom(JSON.stringify(d)) ?? []);
+    } catch {
+      return null;
     }
   }
 

@@ -19,15 +19,16 @@ export const STATUS = {
 
 /** An agent's action as the decider takes it (a command rated for risk here, where the analyzer lives). */
 export function answerOf(action: AgentAction): AgentAnswer {
+  const thought = action.thought === undefined ? {} : { thought: action.thought };
   switch (action.type) {
     case 'message':
       return action.waitForResponse === false
-        ? { type: 'message', content: action.content, waitForResponse: false }
-        : { type: 'message', content: action.content };
+        ? { type: 'message', content: action.content, waitForResponse: false, ...thought }
+        : { type: 'message', content: action.content, ...thought };
     case 'run':
-      return { type: 'run', command: action.command, risk: rateCommand(action.command) };
+      return { type: 'run', command: action.command, risk: rateCommand(action.command), ...thought };
     case 'finish':
-      return { type: 'finish', content: action.content };
+      return { type: 'finish', content: action.content, ...thought };
   }
 }
 

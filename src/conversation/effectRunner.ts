@@ -1,17 +1,20 @@
 import { existsSync } from 'node:fs';
+import { setTimeout as delay } from 'node:timers/promises';
 import { join } from 'node:path';
 import type { DecisionInput, Effect } from '../../machines/index.ts';
 import {
   LlmAuthenticationError,
   LlmRateLimitError,
+  LlmServerError,
   type Agent,
   type AgentAction,
   type AgentContext,
 } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
-import type { StatusFrame } from '../../protocol/index.ts';
+import type { DeltaFrame, StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
-import type { EventLog, StatusChannel } from '../store/index.ts';
+import type { DeltaChannel, EventLog, StatusChannel } from '../store/index.ts';
+import { DeltaStream } from './deltaStream.ts';
 import { answerOf, outcomeOf, STATUS } from './effectResults.ts';
 import { IllegalTransitionError, SessionUnavailableError, TetherError } from '../errors.ts';
 
@@ -19,6 +22,10 @@ export interface EffectDeps {
   log: EventLog;
   /** Transient status frames to every node's clients of the conversation (never stored). */
   status: StatusChannel;
+  /** Deltas of agent replies to every node's clients (never stored); none: replies are not streamed to clients. */
+  deltas?: DeltaChannel;
+  /** The wait before an agent step's next attempt after a failing server; it doubles each attempt (default 500 ms). */
+  retryBaseMs?: number;
   agent: Agent;
   runtimes: RuntimeProvider;
   clock: () => Date;
@@ -63,10 +70,21 @@ export class EffectRunner {
   #runtime: { process: Runtime; cause: number } | null = null;
   #starting: { done: Promise<Runtime | null>; cause: number } | null = null;
   #death: Promise<unknown> | null = null;
+  /** The deltas of the current attempt of the current agent step, kept until the next one begins. */
+  #stream: DeltaStream | null = null;
+  readonly #secretValues: readonly string[];
 
   constructor(host: EffectHost, deps: EffectDeps) {
     this.#host = host;
     this.#deps = deps;
+    this.#secretValues = [...new Set(Object.values(deps.secrets))]
+      .filter((v) => v.length > 0)
+      .sort((a, b) => b.length - a.length);
+  }
+
+  /** The current attempt's deltas from index 0 (any node asks for them to catch a client up), or null. */
+  currentDeltas(): readonly DeltaFrame[] | null {
+    return this.#stream?.frames ?? null;
   }
 
   /** Runs one effect to its end; never rejects (a refused or failed result is logged). */
@@ -96,7 +114,7 @@ export class EffectRunner {
       case 'start_runtime':
         return this.#ensureRuntime(cause);
       case 'ask_agent':
-        return this.#timed('agent step', cause, () => this.#askAgent(cause));
+        return this.#timed('agent step', cause, () => this.#askAgent(cause, effect.attempt));
       case 'run_command':
         return this.#timed('command', cause, () => this.#runCommand(cause, effect.command));
       case 'fail_command':
@@ -238,22 +256,50 @@ export class EffectRunner {
     return this.#death;
   }
 
-  /** One agent step answering event `cause`; its answer (or its failure) goes to the decider. */
-  async #askAgent(cause: number): Promise<string> {
+  /**
+   * Attempt `attempt` of the agent step answering event `cause`; its deltas go
+   * to every node as they come (the lease checked first), its answer (or its
+   * failure) to the decider. A failing server or a cut stream is tried again
+   * as the next attempt, after a wait that doubles each attempt.
+   */
+  async #askAgent(cause: number, attempt: number): Promise<string> {
+    const stream = (this.#stream = new DeltaStream(String(cause), attempt, this.#secretValues, (frame) =>
+      this.#publishDelta(frame),
+    ));
     let action: AgentAction;
     try {
       const context = await this.#host.agentContext();
-      action = await context.step({ signal: this.#abort.signal });
+      action = await context.step({ signal: this.#abort.signal, onDelta: (text) => stream.push(text) });
+      stream.end();
     } catch (err) {
       if (this.#abort.signal.aborted) return 'aborted';
+      if (err instanceof LlmServerError) return this.#retry(err, cause, attempt);
       await this.#host.decide(this.#agentFailure(err, cause));
       return 'agent_error';
     }
     if (this.#abort.signal.aborted) return 'aborted';
     if (action.usage) await this.#host.decide({ type: 'agent_used', usage: action.usage });
     const answer = answerOf(action);
-    await this.#host.decide({ type: 'agent_answered', cause, answer });
+    await this.#host.decide({ type: 'agent_answered', cause, answer, attempt, deltas: stream.count });
     return answer.type === 'run' ? 'command' : answer.type;
+  }
+
+  #publishDelta(frame: DeltaFrame): void {
+    // A node whose lease may have lapsed says nothing more: another node may run the step now.
+    if (this.#deps.leaseValid?.() === false) return;
+    this.#deps.deltas?.publish(this.#host.conversationId, frame);
+  }
+
+  /** The step's next attempt, once the wait is over (the decider stores it, or the error past the bound). */
+  async #retry(err: LlmServerError, cause: number, attempt: number): Promise<string> {
+    try {
+      await delay((this.#deps.retryBaseMs ?? 500) * 2 ** (attempt - 1), undefined, { signal: this.#abort.signal });
+    } catch {
+      return 'aborted';
+    }
+    const message = `the agent failed: ${errorFields(err).error}`;
+    await this.#host.decide({ type: 'agent_retry', cause, attempt, reason: err.reason, code: err.code, message });
+    return `attempt ${attempt + 1}`;
   }
 
   /**

@@ -6,7 +6,7 @@ import {
   type DecisionInput,
   type SessionSnapshot,
 } from '../../machines/index.ts';
-import type { AgentState, PassivationReason, StoredEvent, UserAction } from '../../protocol/index.ts';
+import type { AgentState, DeltaFrame, PassivationReason, StoredEvent, UserAction } from '../../protocol/index.ts';
 import type { AgentContext } from '../agent/index.ts';
 import type { AppendResult, CheckpointStore, SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
@@ -149,6 +149,16 @@ export class Session {
   /** Released: out of memory (or dropped), it writes nothing more. */
   get released(): boolean {
     return this.#released !== null;
+  }
+
+  /** The deltas of the agent step attempt the state waits for, from index 0, or null (none streamed, or the step is over). */
+  currentDeltas(): readonly DeltaFrame[] | null {
+    const deltas = this.#released === null ? this.#effects.currentDeltas() : null;
+    const snapshot = this.snapshot;
+    if (!deltas?.length || !snapshot?.matches({ active: { running: 'thinking' } })) return null;
+    // Only the attempt the state still waits for: a stopped or failed one's deltas are not news.
+    const { stepCause, attempt } = snapshot.context;
+    return deltas[0]!.item_id === String(stepCause) && deltas[0]!.attempt === attempt ? deltas : null;
   }
 
   /** The agent's context for this conversation, up to date with every stored event; built from the log the first time after a rehydration from a snapshot. */

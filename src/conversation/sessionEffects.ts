@@ -1,4 +1,5 @@
 import { effectKey, effectsOf, type Deadline, type SessionSnapshot } from '../../machines/index.ts';
+import type { DeltaFrame } from '../../protocol/index.ts';
 import { DeadlineTimer } from './deadlineTimer.ts';
 import { EffectRunner, type EffectDeps, type EffectHost } from './effectRunner.ts';
 
@@ -32,6 +33,11 @@ export class SessionEffects {
       void this.#runner.run(effect).finally(() => this.#running.delete(key));
     }
     this.#deadline.arm(deadline);
+  }
+
+  /** The current agent step attempt's deltas from index 0, or null. */
+  currentDeltas(): readonly DeltaFrame[] | null {
+    return this.#runner.currentDeltas();
   }
 
   /** No more wake-ups. */

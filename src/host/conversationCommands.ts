@@ -94,6 +94,7 @@ export class HostCommands implements ConversationCommands {
       ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
       start_timeout_ms: limits.startTimeoutMs,
       max_rate_limit_retries: limits.rateLimitRetries,
+      max_attempts: limits.maxAttempts,
     };
     const first = { type: 'create' as const, conversationId, data: created };
     const session = await Session.open(conversationId, factory.depsFor(conversationId), undefined, first).finally(() =>

@@ -1,4 +1,7 @@
 import { DEFAULT_RATE_LIMIT_RETRIES } from '../../machines/index.ts';
+
+/** Attempts of one agent step when TETHER_MAX_ATTEMPTS is not set. */
+export const DEFAULT_MAX_ATTEMPTS = 3;
 import type { Agent } from '../agent/index.ts';
 import type { Logger } from '../logger.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
@@ -6,6 +9,7 @@ import type {
   CheckpointStore,
   ClusterBus,
   ConversationStore,
+  DeltaChannel,
   EventLog,
   SecretStore,
   SnapshotStore,
@@ -19,6 +23,8 @@ export interface SessionLimits extends PassivationLimits {
   startTimeoutMs: number;
   /** Rate-limited attempts of one agent step before it gives up in error; recorded in each new conversation's creation. */
   rateLimitRetries: number;
+  /** Attempts one agent step may take (a rate limit, a failing server, a cut stream, its owner lost); recorded in each new conversation's creation. */
+  maxAttempts: number;
   /** Snapshot every this many events, besides at passivation. */
   snapshotEvery: number;
   /** A checkpoint (for looks at past states) every this many events of a conversation. */
@@ -34,6 +40,7 @@ export const DEFAULT_LIMITS: SessionLimits = {
   maxRunningPerUser: 3,
   startTimeoutMs: 60_000,
   rateLimitRetries: DEFAULT_RATE_LIMIT_RETRIES,
+  maxAttempts: DEFAULT_MAX_ATTEMPTS,
   snapshotEvery: 200,
   checkpointEvery: 100,
   rehydrateConcurrency: 8,
@@ -48,6 +55,10 @@ export interface HostDeps {
   checkpoints?: CheckpointStore;
   /** Status frames between nodes (default: in this process only). */
   status?: StatusChannel;
+  /** Deltas of agent replies between nodes (default: in this process only). */
+  deltas?: DeltaChannel;
+  /** The wait before an agent step's next attempt after a failing server, doubled each attempt (default 500 ms). */
+  agentRetryBaseMs?: number;
   runtimes: RuntimeProvider;
   /** The agent for a conversation (the scripted agent unless an LLM is configured). */
   agentFor: (conversationId: string) => Agent;

@@ -150,10 +150,13 @@ export class LiveSessions {
     if (sessions.length > 0) this.#deps.logger.warn('sessions released', { count: sessions.length, reason });
   }
 
-  /** Waits until no live session has a command out, for at most `ms`. */
-  async commandsDone(ms: number): Promise<void> {
+  /** Waits until no live session has a command out or an agent step (a reply streaming) under way, for at most `ms`. */
+  async workDone(ms: number): Promise<void> {
     const until = performance.now() + ms;
-    const running = () => [...this.#live.values()].some((s) => !s.released && s.snapshot?.context.pendingCommand);
+    const working = (snapshot: Session['snapshot']) =>
+      snapshot !== undefined &&
+      (snapshot.context.pendingCommand !== null || snapshot.matches({ active: { running: 'thinking' } }));
+    const running = () => [...this.#live.values()].some((s) => !s.released && working(s.snapshot));
     while (running() && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 25));
   }
 

@@ -8,7 +8,7 @@ import { errorFields, silentLogger, type Logger } from '../logger.ts';
 import { ConversationFeed } from '../queries/conversationFeed.ts';
 import { HostQueries, type ConversationQueries } from '../queries/conversationQueries.ts';
 import { ConversationReads } from '../queries/conversationReads.ts';
-import { memoryCheckpointStore, memoryStatusChannel } from '../store/index.ts';
+import { memoryCheckpointStore, memoryDeltaChannel, memoryStatusChannel } from '../store/index.ts';
 import { capAcrossCluster } from './clusterCap.ts';
 import { HostCommands } from './conversationCommands.ts';
 import { ConversationPurge } from './conversationPurge.ts';
@@ -49,12 +49,17 @@ export class NodeHost {
     const secrets = new SecretKeeper(deps.secrets);
     const logger = (this.#logger = maskingLogger(deps.logger ?? silentLogger, () => secrets.values()));
     const status = deps.status ?? memoryStatusChannel();
+    const deltas = deps.deltas ?? memoryDeltaChannel();
     const checkpoints = deps.checkpoints ?? memoryCheckpointStore();
-    this.feed = new ConversationFeed(deps.log, status);
+    this.feed = new ConversationFeed(deps.log, status, {
+      channel: deltas,
+      catchUp: (id) => this.#router.deltas(id),
+    });
     const factory = new SessionFactory({
       host: deps,
       limits,
       status,
+      deltas,
       checkpoints,
       ownership,
       secrets,
@@ -112,6 +117,7 @@ export class NodeHost {
     this.#router = new ClusterRouter(
       {
         isLive: (id) => live.get(id) !== undefined,
+        deltasHere: (id) => live.get(id)?.currentDeltas() ?? null,
         actHere: (id, user, action, clientId) => this.commands.actHere(id, user, action, clientId),
         deleteHere: (id, user) => this.commands.deleteHere(id, user),
         passivate: (id, reason) => live.passivate(id, reason),
@@ -221,7 +227,8 @@ export class NodeHost {
   /**
    * Passivates every live session (snapshots written), then stops. In a
    * cluster this is a drain: no new conversation starts here, running
-   * commands get up to one lease to finish, and each session's ownership is
+   * commands and agent steps (a reply streaming) get up to one lease to
+   * finish, and each session's ownership is
    * given up as it leaves, so other nodes take its clients and its work.
    */
   async shutdown(): Promise<void> {
@@ -231,7 +238,7 @@ export class NodeHost {
     const ownership = this.#ownership;
     if (ownership instanceof ClusterOwnership) {
       ownership.leave();
-      await this.#live.commandsDone(ownership.leaseMs);
+      await this.#live.workDone(ownership.leaseMs);
     }
     await this.#live.passivateAll('shutdown');
     await this.#recovery.settled();

@@ -4,7 +4,7 @@ import type { Logger } from '../logger.ts';
 import type { Ownership } from '../cluster/ownership.ts';
 import type { Session, SessionDeps } from '../conversation/session.ts';
 import { SessionIndex } from '../conversation/sessionIndex.ts';
-import type { CheckpointStore, ConversationEntry, StatusChannel } from '../store/index.ts';
+import type { CheckpointStore, ConversationEntry, DeltaChannel, StatusChannel } from '../store/index.ts';
 import type { HostDeps, SessionLimits } from './hostDeps.ts';
 import type { SecretKeeper } from './secretKeeper.ts';
 
@@ -20,6 +20,7 @@ export interface SessionFactoryDeps {
   host: HostDeps;
   limits: SessionLimits;
   status: StatusChannel;
+  deltas: DeltaChannel;
   checkpoints: CheckpointStore;
   ownership: Ownership;
   secrets: SecretKeeper;
@@ -42,6 +43,8 @@ export class SessionFactory {
     return {
       log: host.log,
       status: this.#deps.status,
+      deltas: this.#deps.deltas,
+      retryBaseMs: host.agentRetryBaseMs,
       snapshots: host.snapshots,
       snapshotEvery: limits.snapshotEvery,
       checkpoints: this.#deps.checkpoints,

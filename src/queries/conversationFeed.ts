@@ -1,12 +1,31 @@
-import type { LoggedEvent, StatusFrame } from '../../protocol/index.ts';
-import type { EventLog, LogSubscriber, LogSubscription, StatusChannel } from '../store/index.ts';
+import type { DeltaFrame, LoggedEvent, StatusFrame } from '../../protocol/index.ts';
+import type { DeltaChannel, EventLog, LogSubscriber, LogSubscription, StatusChannel } from '../store/index.ts';
+import { DeltaRoom, type HeldAttempt } from './deltaRoom.ts';
 
 /** One listener of a conversation on this node (a client connection, say). */
 export interface FeedMember {
   /** The conversation's stored events after `afterSeq`, then live ones, each once and in order (the log's subscription). */
   follow(afterSeq: number, subscriber: LogSubscriber): LogSubscription;
-  /** No more status frames or events; the listener no longer counts. */
+  /** The deltas this node holds of the conversation's current item (its newest attempt), or null. */
+  deltas(): HeldAttempt | null;
+  /** No more status frames, deltas or events; the listener no longer counts. */
   leave(): void;
+}
+
+/** What a member is told as it comes: status frames, and that the room's deltas grew (`deltas()` has them). */
+export interface FeedListenerHooks {
+  status(frame: StatusFrame): void;
+  deltas?(): void;
+}
+
+/** The owner's deltas of a conversation's current attempt, from index 0 (null: no owner has any). */
+export type DeltaCatchUp = (conversationId: string) => Promise<readonly DeltaFrame[] | null>;
+
+interface Room {
+  members: Set<FeedListenerHooks>;
+  deltas: DeltaRoom;
+  /** A catch-up from the owner is under way. */
+  catchingUp: boolean;
 }
 
 /** A listener of a conversation's events and status frames, for in-process use (benches, tools). */
@@ -26,25 +45,39 @@ export interface FeedListener {
 export class ConversationFeed {
   readonly #log: EventLog;
   readonly #status: StatusChannel;
-  readonly #rooms = new Map<string, Set<(frame: StatusFrame) => void>>();
-  #unsubscribeStatus: (() => void) | null = null;
+  readonly #deltas: DeltaChannel | undefined;
+  readonly #catchUp: DeltaCatchUp | undefined;
+  readonly #rooms = new Map<string, Room>();
+  #unsubscribe: Array<() => void> | null = null;
 
-  constructor(log: EventLog, status: StatusChannel) {
+  constructor(log: EventLog, status: StatusChannel, deltas?: { channel: DeltaChannel; catchUp: DeltaCatchUp }) {
     this.#log = log;
     this.#status = status;
+    this.#deltas = deltas?.channel;
+    this.#catchUp = deltas?.catchUp;
   }
 
-  /** Joins a conversation: its status frames from now on go to `onStatus`; its events once `follow` is called. */
-  join(conversationId: string, onStatus: (frame: StatusFrame) => void): FeedMember {
-    this.#unsubscribeStatus ??= this.#status.subscribe((id, frame) => {
-      for (const listener of this.#rooms.get(id) ?? []) listener(frame);
-    });
+  /**
+   * Joins a conversation: its status frames and deltas from now on go to
+   * `hooks` (the first member on this node asks the owner for the deltas of
+   * the attempt under way); its events once `follow` is called.
+   */
+  join(conversationId: string, hooks: FeedListenerHooks | ((frame: StatusFrame) => void)): FeedMember {
+    this.#unsubscribe ??= [
+      this.#status.subscribe((id, frame) => {
+        for (const member of this.#rooms.get(id)?.members ?? []) member.status(frame);
+      }),
+      ...(this.#deltas ? [this.#deltas.subscribe((id, delta) => this.#delta(id, delta))] : []),
+    ];
     let room = this.#rooms.get(conversationId);
-    if (!room) this.#rooms.set(conversationId, (room = new Set()));
+    if (!room) {
+      this.#rooms.set(conversationId, (room = { members: new Set(), deltas: new DeltaRoom(), catchingUp: false }));
+      this.#askOwner(conversationId, room);
+    }
     const joined = room;
-    // A function of its own per member, so that the same callback joining twice counts twice.
-    const listener = (frame: StatusFrame) => onStatus(frame);
-    joined.add(listener);
+    // An object of its own per member, so that the same callback joining twice counts twice.
+    const member: FeedListenerHooks = typeof hooks === 'function' ? { status: hooks } : { ...hooks };
+    joined.members.add(member);
     let subscription: LogSubscription | null = null;
     return {
       follow: (afterSeq, subscriber) => {
@@ -52,13 +85,37 @@ export class ConversationFeed {
         subscription = this.#log.subscribe(conversationId, afterSeq, subscriber);
         return subscription;
       },
+      deltas: () => joined.deltas.held,
       leave: () => {
         subscription?.close();
         subscription = null;
-        joined.delete(listener);
-        if (joined.size === 0 && this.#rooms.get(conversationId) === joined) this.#rooms.delete(conversationId);
+        joined.members.delete(member);
+        if (joined.members.size === 0 && this.#rooms.get(conversationId) === joined) this.#rooms.delete(conversationId);
       },
     };
+  }
+
+  /** A delta from the owner: kept in the room (when this node has listeners) and told to them. */
+  #delta(conversationId: string, delta: { frame: DeltaFrame; json: string }): void {
+    const room = this.#rooms.get(conversationId);
+    if (!room || !room.deltas.add(delta)) return;
+    for (const member of room.members) member.deltas?.();
+    if (room.deltas.hasHole) this.#askOwner(conversationId, room);
+  }
+
+  /** The owner's deltas of the attempt under way, for a room that joined late or missed some. */
+  #askOwner(conversationId: string, room: Room): void {
+    const catchUp = this.#catchUp;
+    if (!catchUp || room.catchingUp) return;
+    room.catchingUp = true;
+    void catchUp(conversationId)
+      .then((frames) => {
+        if (frames && room.deltas.merge(frames)) for (const member of room.members) member.deltas?.();
+      })
+      .catch(() => undefined)
+      .finally(() => {
+        room.catchingUp = false;
+      });
   }
 
   /**
@@ -78,7 +135,7 @@ export class ConversationFeed {
 
   /** This node's listeners of a conversation. */
   count(conversationId: string): number {
-    return this.#rooms.get(conversationId)?.size ?? 0;
+    return this.#rooms.get(conversationId)?.members.size ?? 0;
   }
 
   /** Sends a status frame to every node's listeners of the conversation (this one's included). */
@@ -87,7 +144,7 @@ export class ConversationFeed {
   }
 
   stop(): void {
-    this.#unsubscribeStatus?.();
-    this.#unsubscribeStatus = null;
+    for (const unsubscribe of this.#unsubscribe ?? []) unsubscribe();
+    this.#unsubscribe = null;
   }
 }

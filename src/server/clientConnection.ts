@@ -19,6 +19,8 @@ export const CLOSE = {
 } as const;
 
 const CLIENT_FRAME_TYPES = new Set(['user_action', 'ping']);
+/** Items a connection remembers as stored (their late deltas are dropped). */
+const ENDED_KEPT = 8;
 const DEFAULT_MAX_PENDING_BYTES = 8 * 1024 * 1024;
 
 /**
@@ -71,6 +73,14 @@ export class ClientConnection {
   #stopped = false;
   /** Status frames that came before `sync` (which is the first frame a client gets); null once it is sent. */
   #heldStatus: StatusFrame[] | null = [];
+  /** Deltas go out once the client has every stored event it missed (the log's catch-up is done). */
+  #deltasReady = false;
+  /** The item (and attempt) whose deltas this client is getting, and the next index it gets. */
+  #cursor: { itemId: string; attempt: number; next: number } | null = null;
+  /** Items whose stored event this client got: none of their deltas go out after it. */
+  readonly #ended: string[] = [];
+  /** The attempt this node held when the client joined an agent that was not running: it ended unanswered. */
+  #stale: { itemId: string; attempt: number } | null = null;
   /** The wait for the socket to drain while the client reads stored events at its own pace; null when none. */
   #pacing: Promise<void> | null = null;
   #actions: Promise<unknown> = Promise.resolve();
@@ -93,7 +103,10 @@ export class ClientConnection {
     this.#conversationId = conversationId;
     this.#user = user;
     if (this.#stopped) return;
-    const member = (this.#member = this.#options.feed.join(conversationId, (frame) => this.#status(frame)));
+    const member = (this.#member = this.#options.feed.join(conversationId, {
+      status: (frame) => this.#status(frame),
+      deltas: () => this.#deltas(),
+    }));
     let at: ConnectPoint;
     try {
       at = await this.#options.commands.connect(conversationId, user);
@@ -103,10 +116,21 @@ export class ClientConnection {
     }
     if (this.#stopped) return;
     send(ws, { type: 'sync', conversation_id: conversationId, through_seq: at.throughSeq, state: at.state });
-    const held = this.#heldStatus ?? [];
+    // An agent that is not running streams nothing: deltas this node still holds are of a step that ended.
+    const held = at.state === 'running' ? null : member.deltas();
+    if (held) this.#stale = { itemId: held.itemId, attempt: held.attempt };
+    const statuses = this.#heldStatus ?? [];
     this.#heldStatus = null;
-    for (const frame of held) send(ws, frame);
-    member.follow(afterSeq, { event: (logged) => this.#event(logged), failed: (err) => this.#failed(err) });
+    for (const frame of statuses) send(ws, frame);
+    const subscription = member.follow(afterSeq, {
+      event: (logged) => this.#event(logged),
+      failed: (err) => this.#failed(err),
+    });
+    // Missed events first, then the current attempt's deltas from index 0, then live ones.
+    void subscription.caughtUp.then(() => {
+      this.#deltasReady = true;
+      this.#deltas();
+    });
     const early = this.#early ?? [];
     this.#early = null;
     for (const [data, isBinary] of early) this.#handle(data, isBinary);
@@ -146,6 +170,8 @@ export class ClientConnection {
   #event(logged: LoggedEvent): Promise<void> | undefined {
     const ws = this.#ws;
     if (this.#stopped || ws.readyState !== ws.OPEN) return undefined;
+    const itemId = itemOf(logged);
+    if (itemId !== undefined) this.#endItem(itemId);
     sendEventFrame(ws, logged);
     const maxPending = this.#maxPending();
     if (ws.bufferedAmount > maxPending) {
@@ -158,6 +184,42 @@ export class ClientConnection {
       if (!open) this.#closeSlow();
     });
     return this.#pacing;
+  }
+
+  /**
+   * Sends the deltas this node holds of the current item's newest attempt
+   * that this client has not had, in index order, stopping at a hole (the
+   * room fills it from the owner). A newer attempt starts again from index 0;
+   * an item whose stored event the client got sends nothing more.
+   */
+  #deltas(): void {
+    const ws = this.#ws;
+    if (!this.#deltasReady || this.#stopped || ws.readyState !== ws.OPEN) return;
+    const held = this.#member?.deltas();
+    if (!held || this.#ended.includes(held.itemId)) return;
+    if (held.itemId === this.#stale?.itemId && held.attempt <= this.#stale.attempt) return;
+    let cursor = this.#cursor;
+    if (!cursor || cursor.itemId !== held.itemId || cursor.attempt < held.attempt) {
+      cursor = this.#cursor = { itemId: held.itemId, attempt: held.attempt, next: 0 };
+    } else if (cursor.attempt > held.attempt) {
+      return;
+    }
+    const { deltas } = held;
+    for (let delta = deltas[cursor.next]; delta !== undefined; delta = deltas[cursor.next]) {
+      ws.send(delta.json);
+      cursor.next += 1;
+    }
+    if (ws.bufferedAmount > this.#maxPending()) this.#closeSlow();
+  }
+
+  /** The stored event of an item: the deltas of it the client is getting go out first, none after. */
+  #endItem(itemId: string): void {
+    if (this.#cursor?.itemId === itemId) {
+      this.#deltas();
+      this.#cursor = null;
+    }
+    this.#ended.push(itemId);
+    if (this.#ended.length > ENDED_KEPT) this.#ended.shift();
   }
 
   #closeSlow(): void {
@@ -214,6 +276,13 @@ export class ClientConnection {
   #maxPending(): number {
     return this.#options.maxPendingBytes ?? DEFAULT_MAX_PENDING_BYTES;
   }
+}
+
+/** The item an agent's answer stores (its step's deltas end with it), or undefined. */
+function itemOf({ event }: LoggedEvent): string | undefined {
+  if (event.source !== 'agent') return undefined;
+  if (event.type === 'message' || event.type === 'command' || event.type === 'finish') return event.data.item_id;
+  return undefined;
 }
 
 /** A valid client frame, or null after telling the client what was wrong. */

@@ -15,6 +15,13 @@ export type {
 } from './eventLog.ts';
 export { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
 export {
+  memoryDeltaChannel,
+  natsDeltaChannel,
+  deltaFrom,
+  type DeltaChannel,
+  type DeltaMessage,
+} from './deltaChannel.ts';
+export {
   ConversationEntry,
   WorkMarker,
   type ConversationStore,

@@ -12,6 +12,7 @@ import { memoryEventLog, type MemoryEventLog } from './memoryEventLog.ts';
 import { memorySnapshotStore } from './memorySnapshotStore.ts';
 import type { SnapshotStore } from './snapshotStore.ts';
 import { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
+import { memoryDeltaChannel, natsDeltaChannel, type DeltaChannel } from './deltaChannel.ts';
 import type { Replication } from './streamSettings.ts';
 
 /** Everything a Tether keeps: the event log, conversation records, snapshots, checkpoints. */
@@ -22,6 +23,8 @@ export interface Stores {
   checkpoints: CheckpointStore;
   /** Transient status frames, from the node that runs a session to every node's clients. */
   status: StatusChannel;
+  /** Transient deltas of agent replies, from the node that runs a session to every node's clients. */
+  deltas: DeltaChannel;
 }
 
 /** Where the stores live on NATS; each name defaults to the documented one. */
@@ -56,7 +59,14 @@ export async function jetStreamStores(nc: NatsConnection, names: JetStreamStoreO
     kvSnapshotStore(nc, { bucket: names.snapshotBucket, replicas: names.replicas }),
     kvCheckpointStore(nc, { bucket: names.checkpointBucket, replicas: names.replicas }),
   ]);
-  return { log, conversations, snapshots, checkpoints, status: natsStatusChannel(nc, names.subjectPrefix) };
+  return {
+    log,
+    conversations,
+    snapshots,
+    checkpoints,
+    status: natsStatusChannel(nc, names.subjectPrefix),
+    deltas: natsDeltaChannel(nc, names.subjectPrefix),
+  };
 }
 
 /** The in-memory twins: for tests and for trying Tether without NATS. */
@@ -67,5 +77,6 @@ export function memoryStores(): Stores & { log: MemoryEventLog } {
     snapshots: memorySnapshotStore(),
     checkpoints: memoryCheckpointStore(),
     status: memoryStatusChannel(),
+    deltas: memoryDeltaChannel(),
   };
 }

@@ -18,9 +18,11 @@ import {
 } from '../../src/agent/index.ts';
 import { StoredEvent } from '../../protocol/index.ts';
 import { stepOver } from '../support/agentSteps.ts';
+import { until } from '../support/until.ts';
 import {
   failure,
   startFakeLlmServer,
+  streamed,
   text,
   toolCall,
   type FakeLlmServer,
@@ -78,7 +80,7 @@ afterEach(async () => {
 });
 
 function agent(options: Partial<LlmAgentOptions> = {}) {
-  return llmAgent({ baseUrl: server.baseUrl, model: 'fake-model', apiKey: KEY, retryBaseMs: 1, ...options });
+  return llmAgent({ baseUrl: server.baseUrl, model: 'fake-model', apiKey: KEY, ...options });
 }
 
 async function stepWith(
@@ -90,12 +92,50 @@ async function stepWith(
 }
 
 async function failWith(options: Partial<LlmAgentOptions>, ...replies: FakeReply[]): Promise<unknown> {
+  return (await streamFailure(options, ...replies)).err;
+}
+
+/** One step that must fail, with the deltas it reported before. */
+async function streamFailure(
+  options: Partial<LlmAgentOptions>,
+  ...replies: FakeReply[]
+): Promise<{ err: unknown; deltas: string[] }> {
   server.enqueue(...replies);
-  return stepOver(agent(options), history(created(), userSays('hi'))).then(
+  const deltas: string[] = [];
+  const onDelta = (text: string) => deltas.push(text);
+  const err = await stepOver(agent(options), history(created(), userSays('hi')), { onDelta }).then(
     (action) => expect.fail(`expected a rejection, got ${JSON.stringify(action)}`),
     (err: unknown) => err,
   );
+  return { err, deltas };
 }
+
+/** One step with `reply`, and the deltas it reported. */
+async function streamStep(
+  reply: FakeReply,
+  options: Partial<LlmAgentOptions> = {},
+): Promise<{ action: AgentAction; deltas: string[] }> {
+  server.enqueue(reply);
+  const deltas: string[] = [];
+  const action = await stepOver(agent(options), history(created(), userSays('hi')), {
+    onDelta: (text) => deltas.push(text),
+  });
+  return { action, deltas };
+}
+
+/** A fetch whose answer body arrives one byte per chunk: every split an SSE parser can meet. */
+const byteByByte: typeof fetch = async (input, init) => {
+  const res = await fetch(input, init);
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  let at = 0;
+  const body = new ReadableStream<Uint8Array>({
+    pull: (controller) => {
+      if (at < bytes.length) controller.enqueue(bytes.slice(at, ++at));
+      else controller.close();
+    },
+  });
+  return new Response(body, { status: res.status, headers: res.headers });
+};
 
 /** Runs a generated command the way a runtime would: bash, in the workspace. */
 async function bash(command: string): Promise<string> {
@@ -118,6 +158,8 @@ describe('llmAgent requests', () => {
     expect(request?.headers.authorization).toBe(`Bearer ${KEY}`);
     expect(request?.body.model).toBe('fake-model');
     expect(request?.body.tool_choice).toBe('auto');
+    expect(request?.body.stream).toBe(true);
+    expect(request?.body.stream_options).toEqual({ include_usage: true });
     const names = request?.body.tools.map(
       (t: { type: string; function: { name: string } }) => `${t.type}:${t.function.name}`,
     );
@@ -128,6 +170,12 @@ describe('llmAgent requests', () => {
       'function:ask_user',
       'function:finish',
     ]);
+  });
+
+  it('with stream: false, posts the plain request without stream or stream_options', async () => {
+    server.enqueue(text('hello'));
+    await stepOver(agent({ stream: false }), history(created(), userSays('hi')));
+    expect(Object.keys(server.requests[0]?.body)).toEqual(['model', 'messages', 'tools', 'tool_choice']);
   });
 
   it('accepts a base URL with a trailing slash', async () => {
@@ -319,9 +367,159 @@ describe('llmAgent maps history to chat messages', () => {
   });
 });
 
+describe('llmAgent streams its reply', () => {
+  it('hands every text delta to onDelta, and the deltas joined are the message, not trimmed', async () => {
+    const { action, deltas } = await streamStep(streamed([' Hel', 'lo', '', ' there.\n'], { gapMs: 2 }));
+    expect(deltas).toEqual([' Hel', 'lo', ' there.\n']);
+    expect(action).toEqual({ type: 'message', content: ' Hello there.\n' });
+  });
+
+  it("keeps the text streamed with a tool call as the action's thought", async () => {
+    const { action, deltas } = await streamStep(
+      streamed(['Let me ', 'look.\n'], { gapMs: 1, toolCall: { name: 'run_command', args: { command: 'ls -la' } } }),
+    );
+    expect(action).toEqual({ type: 'run', command: 'ls -la', thought: 'Let me look.\n' });
+    expect(deltas.join('')).toBe(action.thought);
+  });
+
+  it('gives a tool call streamed without text no thought and reports no delta', async () => {
+    const { action, deltas } = await streamStep(
+      streamed([], { toolCall: { name: 'finish', args: { message: 'All done.' } } }),
+    );
+    expect(action).toEqual({ type: 'finish', content: 'All done.' });
+    expect(deltas).toEqual([]);
+  });
+
+  it('reports the usage of the stream, asked for with stream_options, and its cost', async () => {
+    const seen: LlmUsage[] = [];
+    const { action } = await streamStep(streamed(['ok'], { usage: { prompt_tokens: 1_000, completion_tokens: 200 } }), {
+      pricing: { promptUsdPerMillion: 2, completionUsdPerMillion: 10 },
+      onUsage: (u) => seen.push(u),
+    });
+    expect(action.usage).toEqual({ prompt_tokens: 1_000, completion_tokens: 200, cost: 0.004 });
+    expect(seen).toEqual([
+      { conversationId: 'c1', model: 'fake-model', promptTokens: 1_000, completionTokens: 200, costUsd: 0.004 },
+    ]);
+  });
+
+  it('asks again at once without stream_options when they are refused, and leaves them out of later steps', async () => {
+    server.refuseStreamOptions = true;
+    const usage = { prompt_tokens: 10, completion_tokens: 2 };
+    server.enqueue(streamed(['one'], { usage }), streamed(['two'], { usage }));
+    const llm = agent();
+    expect(await stepOver(llm, history(created(), userSays('hi')))).toEqual({ type: 'message', content: 'one' });
+    expect(await stepOver(llm, history(created(), userSays('hi')))).toEqual({ type: 'message', content: 'two' });
+    const sent = server.requests.map((r) => ({ stream: r.body.stream, options: r.body.stream_options }));
+    expect(sent).toEqual([
+      { stream: true, options: { include_usage: true } },
+      { stream: true, options: undefined },
+      { stream: true, options: undefined },
+    ]);
+    expect(llm.lastUsage).toBeNull();
+  });
+
+  it('keeps sending stream_options when the request asked again without them is refused too', async () => {
+    const unknown = failure(400, {}, "Unknown parameter: 'temperature_x'");
+    server.enqueue(unknown, unknown, streamed(['ok']));
+    const llm = agent();
+    await expect(stepOver(llm, history(created()))).rejects.toBeInstanceOf(LlmRequestError);
+    await stepOver(llm, history(created()));
+    const sent = server.requests.map((r): unknown => r.body.stream_options);
+    expect(sent).toEqual([{ include_usage: true }, undefined, { include_usage: true }]);
+  });
+
+  it('reads an event stream cut into single bytes, with comments, CRLF, other fields and multi-byte text', async () => {
+    const chunk = (delta: unknown, finish: string | null = null) =>
+      `data: ${JSON.stringify({ choices: [{ index: 0, delta, finish_reason: finish }] })}\r\n\r\n`;
+    const body = [
+      ': keep-alive\r\n\r\n',
+      'event: message\r\nid: 1\r\n',
+      chunk({ role: 'assistant', content: '' }),
+      chunk({ content: 'héllo ✓ 日本語 🎉' }),
+      chunk({
+        tool_calls: [{ index: 1, id: 'b', function: { name: 'run_command', arguments: '{"command":"second"}' } }],
+      }),
+      chunk({ tool_calls: [{ index: 0, id: 'a', function: { name: 'run_', arguments: '{"comm' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { name: 'command', arguments: 'and":"first"}' } }] }),
+      chunk({}, 'tool_calls'),
+      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 4 } })}\r\n\r\n`,
+      'data: [DONE]\r\n\r\n',
+    ].join('');
+    const { action, deltas } = await streamStep(
+      { raw: body, headers: { 'content-type': 'text/event-stream; charset=utf-8' } },
+      { fetch: byteByByte },
+    );
+    expect(action).toEqual({
+      type: 'run',
+      command: 'first',
+      thought: 'héllo ✓ 日本語 🎉',
+      usage: { prompt_tokens: 3, completion_tokens: 4, cost: 0 },
+    });
+    expect(deltas.join('')).toBe('héllo ✓ 日本語 🎉');
+  });
+
+  it('reads an answer that is JSON all the same as one delta holding its whole text', async () => {
+    const { action, deltas } = await streamStep(text('  Hello there.  '));
+    expect(action).toEqual({ type: 'message', content: 'Hello there.' });
+    expect(deltas).toEqual(['Hello there.']);
+  });
+
+  it('with stream: false, reads the plain completion and reports no delta', async () => {
+    const { action, deltas } = await streamStep(text('  Hello there.  '), { stream: false });
+    expect(action).toEqual({ type: 'message', content: 'Hello there.' });
+    expect(deltas).toEqual([]);
+    expect(server.requests[0]?.body.stream).toBeUndefined();
+  });
+
+  it.each([
+    ['resets the connection', false],
+    ['ends the body', true],
+  ])(
+    'throws LlmServerError stream_cut when the stream %s before its end, after reporting the deltas that came',
+    async (_label, cutCleanly) => {
+      const { err, deltas } = await streamFailure({}, streamed(['a', 'b', 'c'], { cutAfter: 2, cutCleanly }));
+      expect(err).toBeInstanceOf(LlmServerError);
+      expect(err).toMatchObject({ code: 'LLM_SERVER_ERROR', reason: 'stream_cut', status: null, attempts: 1 });
+      expect(deltas).toEqual(['a', 'b']);
+      expect(server.requests).toHaveLength(1);
+    },
+  );
+
+  it('throws LlmRateLimitError with the default wait on a rate-limit error inside the stream', async () => {
+    const { err, deltas } = await streamFailure(
+      { defaultRetryAfterMs: 250 },
+      streamed(['a', 'b'], { rateLimitAfter: 1 }),
+    );
+    expect(err).toBeInstanceOf(LlmRateLimitError);
+    expect(err).toMatchObject({ code: 'LLM_RATE_LIMITED', retryAfterMs: 250 });
+    expect((err as Error).message).toContain('Rate limit reached for requests');
+    expect(deltas).toEqual(['a']);
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it.each<[string, Record<string, unknown>]>([
+    ['a code', { message: 'slow down', code: 'rate_limit_exceeded' }],
+    ['a type', { message: 'slow down', type: 'rate_limit_error' }],
+    ['a status', { message: 'slow down', status: 429 }],
+    ['a numeric code', { message: 'slow down', code: 429 }],
+  ])('knows a rate-limit error event by %s', async (_label, error) => {
+    const err = await failWith({}, streamed(['a'], { errorAfter: { after: 1, error } }));
+    expect(err).toBeInstanceOf(LlmRateLimitError);
+    expect(err).toMatchObject({ retryAfterMs: 1_000 });
+  });
+
+  it('throws LlmServerError server_error on another error inside the stream', async () => {
+    const error = { message: 'The server had an error while processing your request.', type: 'server_error' };
+    const err = await failWith({}, streamed(['a'], { errorAfter: { after: 1, error } }));
+    expect(err).toBeInstanceOf(LlmServerError);
+    expect(err).toMatchObject({ reason: 'server_error', status: null, attempts: 1 });
+    expect((err as Error).message).toContain('The server had an error');
+  });
+});
+
 describe('llmAgent errors', () => {
-  it.each([401, 403])('throws LlmAuthenticationError on HTTP %i without retrying', async (status) => {
-    const err = await failWith({ maxRetries: 3 }, failure(status));
+  it.each([401, 403])('throws LlmAuthenticationError on HTTP %i', async (status) => {
+    const err = await failWith({}, failure(status));
     expect(err).toBeInstanceOf(LlmAuthenticationError);
     expect(err).toMatchObject({ name: 'LlmAuthenticationError', code: 'LLM_AUTHENTICATION', status });
     expect(server.requests).toHaveLength(1);
@@ -334,7 +532,7 @@ describe('llmAgent errors', () => {
     ['no header', {}, 1_000],
   ])('throws LlmRateLimitError on 429 at once, waiting as %s says', async (_label, headers, retryAfterMs) => {
     const now = () => Date.parse('2025-01-01T00:00:00Z');
-    const err = await failWith({ maxRetries: 3, now }, failure(429, headers));
+    const err = await failWith({ now }, failure(429, headers));
     expect(err).toBeInstanceOf(LlmRateLimitError);
     expect(err).toMatchObject({ code: 'LLM_RATE_LIMITED', retryAfterMs });
     expect(server.requests).toHaveLength(1);
@@ -349,42 +547,51 @@ describe('llmAgent errors', () => {
     expect(err).toMatchObject({ code: 'LLM_QUOTA_EXCEEDED' });
   });
 
-  it('retries server errors with backoff and returns the action of the first success', async () => {
-    server.enqueue(failure(500), failure(503), toolCall('run_command', { command: 'ls' }));
-    const action = await stepOver(agent({ maxRetries: 3 }), history(created(), userSays('hi')));
-    expect(action).toEqual({ type: 'run', command: 'ls' });
-    expect(server.requests).toHaveLength(3);
-  });
-
-  it('retries a dropped connection', async () => {
-    server.enqueue({ drop: true }, text('back'));
-    expect(await stepOver(agent(), history(created()))).toEqual({
-      type: 'message',
-      content: 'back',
-    });
-    expect(server.requests).toHaveLength(2);
-  });
-
-  it('throws LlmServerError once maxRetries retries have failed', async () => {
-    const err = await failWith({ maxRetries: 2 }, failure(500), failure(502), failure(500), text('never reached'));
+  it.each([
+    [500, true],
+    [502, true],
+    [503, false],
+    [408, false],
+  ])('throws LlmServerError server_error on HTTP %i after one request (stream: %s)', async (status, stream) => {
+    const err = await failWith({ stream }, failure(status), text('never asked for'));
     expect(err).toBeInstanceOf(LlmServerError);
-    expect(err).toMatchObject({ code: 'LLM_SERVER_ERROR', status: 500, attempts: 3 });
-    expect((err as Error).message).toContain('fake failure 500');
-    expect(server.requests).toHaveLength(3);
+    expect(err).toMatchObject({ code: 'LLM_SERVER_ERROR', reason: 'server_error', status, attempts: 1 });
+    expect((err as Error).message).toContain(`fake failure ${status}`);
+    expect(server.requests).toHaveLength(1);
   });
 
-  it('gives up on an attempt after timeoutMs and counts it as a server failure', async () => {
-    const err = await failWith({ maxRetries: 1, timeoutMs: 200 }, { hang: true }, { hang: true });
+  it.each([true, false])('throws LlmServerError network on a dropped connection (stream: %s)', async (stream) => {
+    const err = await failWith({ stream }, { drop: true }, text('never asked for'));
     expect(err).toBeInstanceOf(LlmServerError);
-    expect(err).toMatchObject({ status: null, attempts: 2 });
+    expect(err).toMatchObject({ reason: 'network', status: null, attempts: 1 });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('throws LlmServerError network when no answer comes within timeoutMs', async () => {
+    const err = await failWith({ timeoutMs: 200 }, { hang: true });
+    expect(err).toBeInstanceOf(LlmServerError);
+    expect(err).toMatchObject({ reason: 'network', status: null });
     expect((err as Error).message).toContain('timed out');
+    expect(server.requests).toHaveLength(1);
   });
 
-  it('throws LlmRequestError with the provider message on another 4xx, without retrying', async () => {
-    const err = await failWith(
-      { maxRetries: 3 },
-      failure(400, {}, "This model's maximum context length is 8192 tokens"),
-    );
+  it('throws LlmServerError stream_cut when the stream outlasts timeoutMs', async () => {
+    const { err, deltas } = await streamFailure({ timeoutMs: 300 }, streamed(['a', 'b'], { gapMs: 10_000 }));
+    expect(err).toBeInstanceOf(LlmServerError);
+    expect(err).toMatchObject({ reason: 'stream_cut', status: null });
+    expect((err as Error).message).toContain('timed out');
+    expect(deltas).toEqual(['a']);
+  });
+
+  it('throws LlmServerError stream_cut when a plain answer breaks off after its status', async () => {
+    // The fake streams whatever the request asked: a reset in the middle of the body it reads whole.
+    const err = await failWith({ stream: false }, streamed(['a', 'b'], { cutAfter: 1 }));
+    expect(err).toBeInstanceOf(LlmServerError);
+    expect(err).toMatchObject({ reason: 'stream_cut', status: null });
+  });
+
+  it('throws LlmRequestError with the provider message on another 4xx, without asking again', async () => {
+    const err = await failWith({}, failure(400, {}, "This model's maximum context length is 8192 tokens"));
     expect(err).toBeInstanceOf(LlmRequestError);
     expect(err).toMatchObject({ code: 'LLM_REQUEST_REJECTED', status: 400 });
     expect((err as Error).message).toContain('maximum context length is 8192 tokens');
@@ -395,7 +602,13 @@ describe('llmAgent errors', () => {
     ['a body that is not JSON', { raw: '<html>gateway</html>' }],
     ['JSON without choices', { json: { object: 'chat.completion' } }],
     ['an empty reply', text('   ')],
+    ['an empty streamed reply', streamed([' ', '\n'])],
+    [
+      'a stream event that is not JSON',
+      { raw: 'data: {"choices": [\n\n', headers: { 'content-type': 'text/event-stream' } },
+    ],
     ['a call of an unknown tool', toolCall('delete_everything', {})],
+    ['a streamed call of an unknown tool', streamed(['hm'], { toolCall: { name: 'delete_everything', args: {} } })],
     [
       'arguments that are not JSON',
       {
@@ -406,7 +619,7 @@ describe('llmAgent errors', () => {
     ],
     ['write_file without a path', toolCall('write_file', { content: 'x' })],
   ])('throws LlmResponseError on %s', async (_label, reply) => {
-    const err = await failWith({ maxRetries: 3 }, reply);
+    const err = await failWith({}, reply);
     expect(err).toBeInstanceOf(LlmResponseError);
     expect(err).toMatchObject({ name: 'LlmResponseError', code: 'LLM_BAD_RESPONSE' });
     expect(server.requests).toHaveLength(1);
@@ -416,12 +629,19 @@ describe('llmAgent errors', () => {
     ['401', {}, [failure(401, {}, `Incorrect API key provided: ${KEY}`)]],
     ['429', {}, [failure(429, {}, `slow down, ${KEY}`)]],
     ['400', {}, [failure(400, {}, `bad request from ${KEY}`)]],
-    ['500', { maxRetries: 0 }, [failure(500, {}, `crashed handling ${KEY}`)]],
-    ['a raw 502', { maxRetries: 0 }, [{ status: 502, raw: `upstream said ${KEY}` }]],
-    ['a dropped connection', { maxRetries: 0 }, [{ drop: true }]],
+    ['500', {}, [failure(500, {}, `crashed handling ${KEY}`)]],
+    ['a raw 502', {}, [{ status: 502, raw: `upstream said ${KEY}` }]],
+    ['a dropped connection', {}, [{ drop: true }]],
     ['a malformed answer', {}, [{ raw: `{"choices": ${KEY}}` }]],
     ['a malformed answer with a long body', {}, [{ raw: `${'x'.repeat(500)} ${KEY}` }]],
     ['a 400 whose message is cut inside the key', {}, [failure(400, {}, `${'x'.repeat(290)}${KEY}`)]],
+    ['an error event', {}, [streamed(['a'], { errorAfter: { after: 1, error: { message: `crashed on ${KEY}` } } })]],
+    ['a rate-limit error event', {}, [streamed([], { errorAfter: { after: 0, error: { message: KEY, code: 429 } } })]],
+    [
+      'a stream event that is not JSON',
+      {},
+      [{ raw: `data: ${KEY}\n\n`, headers: { 'content-type': 'text/event-stream' } }],
+    ],
   ])(
     'never puts the API key in the error of %s, even when the provider echoes it',
     async (_label, options, replies) => {
@@ -440,26 +660,21 @@ describe('llmAgent errors', () => {
 });
 
 describe('llmAgent cancellation', () => {
-  it('rejects promptly when aborted during the backoff, without another attempt', async () => {
+  it('stops reading the stream at once when aborted after a delta, with no delta after the abort', async () => {
     const controller = new AbortController();
-    let answered!: () => void;
-    const responded = new Promise<void>((resolve) => (answered = resolve));
-    // Reads the answer before handing it over, so the abort lands in the backoff that follows.
-    const fetchAndSignal: typeof fetch = async (input, init) => {
-      const res = await fetch(input, init);
-      const body = await res.text();
-      answered();
-      return new Response(body, { status: res.status, headers: res.headers });
-    };
-    server.enqueue(failure(500), text('too late'));
-    const started = Date.now();
-    const step = stepOver(agent({ retryBaseMs: 60_000, maxRetries: 3, fetch: fetchAndSignal }), history(created()), {
+    server.enqueue(streamed(['first', 'second'], { gapMs: 10_000 }));
+    const deltas: string[] = [];
+    const step = stepOver(agent(), history(created()), {
       signal: controller.signal,
+      onDelta: (text) => {
+        deltas.push(text);
+        controller.abort();
+      },
     });
-    await responded;
-    setTimeout(() => controller.abort(), 20);
+    // The second delta is 10 s away: only a delta handed over as it came can abort before it.
     await expect(step).rejects.toMatchObject({ name: 'AbortError' });
-    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(deltas).toEqual(['first']);
+    await until(() => server.requests[0]?.abandoned, 'the fake to see the connection closed');
     expect(server.requests).toHaveLength(1);
   });
 

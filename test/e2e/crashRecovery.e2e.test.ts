@@ -167,7 +167,7 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     const replies = repliesTo(after, 'think hard');
     expect(replies).toHaveLength(1);
     expect(replies[0]!.event.cause).toBe(userMessage(after, 'think hard')!.event.id);
-    expect(after.filter((e) => e.event.source === 'agent')).toHaveLength(1);
+    expectOneAnswerAfterOwnerLost(after);
     await expectSettledInfo(second, id, after.at(-1)!.seq);
   }, 90_000);
 
@@ -261,7 +261,7 @@ describe('crash recovery: a conversation that was mid-task when the server was k
       );
       expectRecoveredByItself(before.get(id)!, after, unaskedUntil);
       expect(repliesTo(after, `think ${i}`)).toHaveLength(1);
-      expect(after.filter((e) => e.event.source === 'agent')).toHaveLength(1);
+      expectOneAnswerAfterOwnerLost(after);
       await expectSettledInfo(second, id, after.at(-1)!.seq);
     }
     for (const [i, id] of commands.entries()) {
@@ -282,3 +282,11 @@ describe('crash recovery: a conversation that was mid-task when the server was k
     );
   }, 120_000);
 });
+
+/** The step the crash cut was asked again as its next attempt (the owner was lost), and answered once. */
+function expectOneAnswerAfterOwnerLost(after: LoggedEvent[]): void {
+  const agent = after.map((e) => e.event).filter((e) => e.source === 'agent');
+  expect(agent.map((e) => e.type)).toEqual(['agent_attempt', 'message']);
+  expect(agent[0]).toMatchObject({ data: { attempt: 2, reason: 'owner_lost' } });
+  expect(agent[1]).toMatchObject({ data: { attempt: 2 } });
+}

@@ -49,11 +49,20 @@ function untilState(id: string, state: string): Promise<LoggedEvent[]> {
   );
 }
 
-const agentActions = (events: LoggedEvent[]): Array<Pick<StoredEvent, 'type' | 'data'>> =>
+type AgentAnswer = Extract<StoredEvent, { type: 'message' | 'command' | 'finish' }>;
+
+const agentActions = (events: LoggedEvent[]): Array<{ type: string; data: object }> =>
   events
     .map((e) => e.event)
-    .filter((e) => e.source === 'agent' && (e.type === 'message' || e.type === 'command' || e.type === 'finish'))
-    .map((e) => ({ type: e.type, data: e.data }));
+    .filter(
+      (e): e is AgentAnswer =>
+        e.source === 'agent' && (e.type === 'message' || e.type === 'command' || e.type === 'finish'),
+    )
+    // The step's item and attempt are the conversation's own (a replay has other ids): the action is the rest.
+    .map((e) => {
+      const { item_id: _item, attempt: _attempt, deltas: _deltas, ...data } = e.data;
+      return { type: e.type, data };
+    });
 
 describe('the LLM agent', () => {
   it('does a task of several steps (write a file, run it, read the output, finish), then its trajectory replays to the same actions without calling the LLM', async () => {
@@ -119,5 +128,13 @@ describe('the LLM agent', () => {
     expect(states.filter((s) => s === 'rate_limited')).toHaveLength(2);
     expect(events.filter((e) => e.event.type === 'timeout')).toHaveLength(2);
     expect(agentActions(events)).toEqual([{ type: 'message', data: { content: 'Here I am.' } }]);
+    // Each wait ended in the same step's next attempt, not in a new step: the answer is attempt 3.
+    const retries = events.flatMap((e) => (e.event.type === 'agent_attempt' ? [e.event.data] : []));
+    expect(retries.map((r) => [r.attempt, r.reason])).toEqual([
+      [2, 'rate_limited'],
+      [3, 'rate_limited'],
+    ]);
+    const answer = events.find((e) => e.event.source === 'agent' && e.event.type === 'message')!.event;
+    expect(answer.data).toMatchObject({ attempt: 3, item_id: retries[0]!.item_id });
   }, 30_000);
 });

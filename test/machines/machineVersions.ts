@@ -9,4 +9,5 @@ export const MACHINE_VERSION_HASHES: Readonly<Record<number, string>> = {
   4: '929b8304618eadb42273fac2f60ba0fd9dee72d48ea774e6a2b556f52b234855',
   5: '689f9ccd54eda7ddbe10db3ad00980d2965a014bc3f978a230310857837c104e',
   6: '0050422d048351d0f4d7ac619653f9cd4f14869b4bbb93bb9a3dfe5075bb4308',
+  7: 'b0df0959b6446e6aeb60b36280849e9f01212c3fb352a441655f9a30b4edd74b',
 };

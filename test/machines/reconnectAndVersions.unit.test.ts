@@ -15,6 +15,7 @@ const input: SessionInput = {
   maxIterations: 10,
   maxBudget: null,
   maxRateLimitRetries: 2,
+  maxAttempts: null,
   confirmationMode: true,
   startDeadline: null,
 };

@@ -16,6 +16,7 @@ const input = {
   maxIterations: 3,
   maxBudget: null,
   maxRateLimitRetries: 2,
+  maxAttempts: null,
   confirmationMode: false,
   startDeadline: null,
 };
@@ -50,13 +51,13 @@ describe('session machine as pure functions', () => {
     expect(agentStateOf(snapshot)).toBe('running');
     // The step answers the message that waited, not the runtime event that let it start.
     expect(snapshot.context.stepCause).toBe(1);
-    expect(effectsOf(snapshot)).toEqual([{ type: 'ask_agent', cause: 1 }]);
+    expect(effectsOf(snapshot)).toEqual([{ type: 'ask_agent', cause: 1, attempt: 1 }]);
   });
 
   it('goes running on a user message and back to awaiting on the answer to that step', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }]);
     expect(agentStateOf(running)).toBe('running');
-    expect(effectsOf(running)).toContainEqual({ type: 'ask_agent', cause: 2 });
+    expect(effectsOf(running)).toContainEqual({ type: 'ask_agent', cause: 2, attempt: 1 });
     const answered = run([{ type: 'agent.message', eventId: 3, cause: 2 }], running);
     expect(agentStateOf(answered)).toBe('awaiting_user_input');
     expect(effectsOf(answered)).toEqual([]);
@@ -68,7 +69,7 @@ describe('session machine as pure functions', () => {
     expect(agentStateOf(again)).toBe('running');
     expect(again.context.stepCause).toBe(3);
     // A new step: asked again under a new cause, so the host asks once more.
-    expect(effectsOf(again)).toEqual([{ type: 'ask_agent', cause: 3 }]);
+    expect(effectsOf(again)).toEqual([{ type: 'ask_agent', cause: 3, attempt: 1 }]);
     const third = run([{ type: 'agent.message', eventId: 4, cause: 3, goesOn: true }], again);
     expect(third.context.iterations).toBe(3);
     // input.maxIterations is 3: a fourth step would pass the limit.
@@ -93,7 +94,7 @@ describe('session machine as pure functions', () => {
     expect(executing.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'ls' });
     const after = run([{ type: 'command.finished', eventId: 4, cause: 3 }], executing);
     expect(agentStateOf(after)).toBe('running');
-    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 4 }]);
+    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 4, attempt: 1 }]);
     expect(after.context.pendingCommand).toBeNull();
     expect(after.context.stepCause).toBe(4);
   });
@@ -120,7 +121,7 @@ describe('session machine as pure functions', () => {
     const output = { type: 'command.finished', eventId: 5, cause: 2 } as const;
     for (const [busy, asks] of [
       // Still the step the message started: the same ask, nothing new.
-      [thinking, [{ type: 'ask_agent', cause: 4 }]],
+      [thinking, [{ type: 'ask_agent', cause: 4, attempt: 1 }]],
       [run([{ type: 'agent.finish', eventId: 5, cause: 4 }], thinking), []],
       [
         run([{ type: 'agent.rate_limited', eventId: 5, cause: 4, reason: 'slow down', retryAt: 9_000 }], thinking),
@@ -143,7 +144,7 @@ describe('session machine as pure functions', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }, { type: 'user.message', eventId: 3 }]);
     const after = run([{ type: 'agent.message', eventId: 4, cause: 2 }], running);
     expect(agentStateOf(after)).toBe('running');
-    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 3 }]);
+    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 3, attempt: 1 }]);
     expect(after.context.iterations).toBe(2);
     expect(after.context.stepCause).toBe(3);
   });
@@ -255,7 +256,7 @@ describe('session machine: the rest of the lifecycle', () => {
     expect(effectsOf(paused)).toEqual([]);
     const resumed = run([{ type: 'user.change_state', eventId: 4, state: 'running' }], paused);
     expect(agentStateOf(resumed)).toBe('running');
-    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 4 }]);
+    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 4, attempt: 1 }]);
     expect(resumed.context.stepCause).toBe(4);
   });
 
@@ -267,7 +268,7 @@ describe('session machine: the rest of the lifecycle', () => {
     const resumed = run([{ type: 'user.change_state', eventId: 6, state: 'running' }], snapshot);
     expect(resumed.value).toEqual({ active: { running: 'thinking' } });
     // A new step, and no command: `make` is not run again.
-    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 6 }]);
+    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 6, attempt: 1 }]);
   });
 
   it('asks for confirmation of a risky command in confirmation mode and runs it only when confirmed', () => {
@@ -309,7 +310,7 @@ describe('session machine: the rest of the lifecycle', () => {
     expect(effectsOf(limited)).toEqual([{ type: 'wake_at', deadline: { name: 'retry', at: 5000 } }]);
     const retried = run([{ type: 'deadline.passed', eventId: 4, name: 'retry', at: 5001, reason: 'retry' }], limited);
     expect(agentStateOf(retried)).toBe('running');
-    expect(effectsOf(retried)).toEqual([{ type: 'ask_agent', cause: 4 }]);
+    expect(effectsOf(retried)).toEqual([{ type: 'ask_agent', cause: 4, attempt: 1 }]);
     expect(retried.context.deadline).toBeNull();
   });
 
@@ -338,7 +339,7 @@ describe('session machine: the rest of the lifecycle', () => {
     const back = run([{ type: 'session.rehydrate', eventId: 4 }], away);
     expect(back.value).toEqual({ active: { running: 'thinking' } });
     // The retried step still answers the message it was asked about, and is the same iteration.
-    expect(effectsOf(back)).toEqual([{ type: 'ask_agent', cause: 2 }]);
+    expect(effectsOf(back)).toEqual([{ type: 'ask_agent', cause: 2, attempt: 1 }]);
     expect(back.context.stepCause).toBe(2);
     expect(back.context.iterations).toBe(away.context.iterations);
   });
@@ -378,7 +379,7 @@ describe('session machine: limits', () => {
     expect(effectsOf(snapshot)).toEqual([]);
     const resumed = run([{ type: 'user.message', eventId: 9 }], snapshot);
     expect(agentStateOf(resumed)).toBe('running');
-    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 9 }]);
+    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 9, attempt: 1 }]);
     expect(resumed.context.maxBudget).toBeCloseTo(2.2);
   });
 
@@ -526,7 +527,7 @@ describe('session machine: coming back after a crash', () => {
     // Its report is the command's output: the agent goes on with it.
     const after = run([{ type: 'command.finished', eventId: 5, cause: 3 }], back);
     expect(after.context.pendingCommand).toBeNull();
-    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 5 }]);
+    expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 5, attempt: 1 }]);
   });
 
   it('keeps a command waiting for confirmation pending, not interrupted, and runs it once confirmed', () => {

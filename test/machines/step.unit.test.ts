@@ -17,6 +17,7 @@ const input: SessionInput = {
   maxIterations: 10,
   maxBudget: null,
   maxRateLimitRetries: 5,
+  maxAttempts: null,
   confirmationMode: false,
   startDeadline: null,
 };

@@ -8,16 +8,23 @@ import { http, type ServerProcess } from '../support/serverProcess.ts';
 // The page against a real server (its own nats-server), in Debian's Chromium.
 const TOKEN = 'page-test-token';
 const AGENT_DELAY_MS = 700;
+/** The streaming server's agent: a reply a few words per delta, this far apart. */
+const DELTA_MS = 40;
 const UI_MS = 15_000;
 
 const e2e = useE2e();
 let server: ServerProcess;
+/** A second server whose scripted agent streams its replies (TETHER_AGENT_DELTA_MS). */
+let streaming: ServerProcess;
 let browser: PageSession;
 let page: Page;
 
 beforeAll(async () => {
-  [server, browser] = await Promise.all([
+  [server, streaming, browser] = await Promise.all([
     e2e.start({ env: { TETHER_TOKENS: `${TOKEN}:ada`, TETHER_AGENT_DELAY_MS: String(AGENT_DELAY_MS) } }),
+    e2e.start({
+      env: { TETHER_TOKENS: `${TOKEN}:ada`, TETHER_AGENT_DELAY_MS: '100', TETHER_AGENT_DELTA_MS: String(DELTA_MS) },
+    }),
     openBrowser().then((opened) => {
       e2e.onCleanup(() => opened.close());
       return opened;
@@ -39,8 +46,8 @@ afterEach(() => {
 });
 
 const byTest = (id: string) => page.getByTestId(id);
-async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const res = await http<T>(server.baseUrl, method, path, body, TOKEN);
+async function api<T>(method: string, path: string, body?: unknown, on = server): Promise<T> {
+  const res = await http<T>(on.baseUrl, method, path, body, TOKEN);
   if (res.status >= 300) throw new Error(`${method} ${path} answered ${res.status}: ${res.text}`);
   return res.body;
 }
@@ -52,8 +59,8 @@ const shownId = () => new URL(page.url()).searchParams.get('conversation')!;
 const leaves = () =>
   page.locator('.diagram .state.leaf').evaluateAll((els) => els.map((e) => e.getAttribute('data-state')));
 
-async function newConversation(options: { confirmation?: boolean } = {}): Promise<string> {
-  await page.goto(`${server.baseUrl}/?token=${TOKEN}`);
+async function newConversation(options: { confirmation?: boolean; on?: ServerProcess } = {}): Promise<string> {
+  await page.goto(`${(options.on ?? server).baseUrl}/?token=${TOKEN}`);
   if (options.confirmation) await byTest('confirmation-mode').check();
   await byTest('new-conversation').click();
   await page.waitForURL(/conversation=/);
@@ -195,5 +202,61 @@ describe('the page', () => {
       .locator('.chat [data-seq]')
       .evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-seq'))));
     expect(shown).toEqual((await stored()).map((l) => l.seq));
+  });
+});
+
+describe('the page, with the agent streaming its replies', () => {
+  it('shows the reply growing in a bubble marked as being written, then the stored message in its place', async () => {
+    const id = await newConversation({ on: streaming });
+    // Every change of the chat, as the page makes it: the bubble's text and the stored agent messages then.
+    await page.evaluate(() => {
+      const chat = document.querySelector('[data-testid="chat"]')!;
+      const bubbles = new Set<Element>();
+      const seen: Array<{ text: string | null; stored: number; bubbles: number }> = [];
+      Object.assign(window, { seen });
+      new MutationObserver(() => {
+        const bubble = chat.querySelector('.msg.agent.streaming');
+        if (bubble) bubbles.add(bubble);
+        const text = bubble
+          ? [...bubble.childNodes]
+              .filter((n) => n.nodeType === Node.TEXT_NODE)
+              .map((n) => n.textContent)
+              .join('')
+          : null;
+        seen.push({ text, stored: chat.querySelectorAll('.msg.agent:not(.streaming)').length, bubbles: bubbles.size });
+      }).observe(chat, { childList: true, subtree: true, characterData: true });
+    });
+    await say('tell me a story about a statechart that learned to stream its words one by one');
+    await expect.poll(() => page.locator('.chat .msg.agent').count(), { timeout: UI_MS }).toBe(1);
+    await expect.poll(() => page.locator('.chat .msg.agent.streaming').count(), { timeout: UI_MS }).toBe(0);
+    await expect.poll(leaves, { timeout: UI_MS }).toEqual(['active.awaiting_user_input']);
+
+    const stored = (
+      await api<{ items: LoggedEvent[] }>('GET', `/api/conversations/${id}/events?limit=1000`, undefined, streaming)
+    ).items;
+    const answer = stored.find((l) => l.event.source === 'agent' && l.event.type === 'message')!.event;
+    if (answer.type !== 'message') throw new Error('no agent message stored');
+    const content = answer.data.content;
+    expect(answer.data.deltas).toBeGreaterThan(3);
+    const seen = await page.evaluate(
+      () => (window as unknown as { seen: Array<{ text: string | null; stored: number; bubbles: number }> }).seen,
+    );
+    // (a) Before the stored message: the bubble, growing, its text always the start of the reply.
+    const partial = seen.filter((s) => s.text !== null).map((s) => s.text!);
+    expect(seen.filter((s) => s.text !== null).every((s) => s.stored === 0)).toBe(true);
+    expect(new Set(partial).size).toBeGreaterThan(2);
+    expect(partial.every((text, i) => content.startsWith(text) && text.startsWith(partial[i - 1] ?? ''))).toBe(true);
+    expect(partial.some((text) => text.length > 0 && text.length < content.length)).toBe(true);
+    // One bubble, its text appended to, not made again per delta.
+    expect(seen.at(-1)!.bubbles).toBe(1);
+    // (b) After it: exactly one agent message, the full text, and no bubble.
+    expect(seen.at(-1)).toMatchObject({ text: null, stored: 1 });
+    expect(await page.locator('.chat .msg.agent').allTextContents()).toEqual([`agent${content}`]);
+    // Deltas are not events: the chat's items and the timeline are the stored events, nothing more.
+    const seqs = stored.map((l) => l.seq);
+    expect(
+      await page.locator('.chat [data-seq]').evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-seq')))),
+    ).toEqual(seqs);
+    expect(await page.locator('.timeline button').count()).toBe(seqs.length);
   });
 });

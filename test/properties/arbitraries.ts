@@ -154,6 +154,7 @@ export const machineInput: fc.Arbitrary<SessionInput> = fc.record({
   maxIterations: fc.integer({ min: 1, max: 6 }),
   maxBudget: fc.option(fc.constantFrom(0.5, 1, 2), { nil: null }),
   maxRateLimitRetries: fc.integer({ min: 0, max: 3 }),
+  maxAttempts: fc.constantFrom(null, 1, 3),
   confirmationMode: fc.boolean(),
   startDeadline: fc.option(fc.constant(5_000), { nil: null }),
 });

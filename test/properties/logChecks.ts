@@ -153,6 +153,8 @@ const LIFECYCLE = new Set<StoredEvent['type']>([
   'session_rehydrated',
   'machine_upgraded',
   'agent_state_changed',
+  // A step cut by a passivation or a crash is asked again as its next attempt.
+  'agent_attempt',
 ]);
 
 /**
@@ -171,6 +173,7 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
     lastMessageId,
     runtimeCause,
     runningSince,
+    attempt: _attempt,
     ...context
   } = snapshot.context;
   return {
@@ -188,8 +191,15 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
     conversation: kept.map((e) => ({
       source: e.source,
       type: e.type,
-      data: e.data,
+      // The item is the step's request id and the attempt counts its hostings: neither belongs to the conversation.
+      data: withoutItem(e.data),
       ...(e.type === 'command_output' && { cause: at(e.cause) }),
     })),
   };
+}
+
+function withoutItem(data: object): object {
+  if (!('item_id' in data)) return data;
+  const { item_id: _item, attempt: _attempt, ...rest } = data as { item_id: unknown; attempt: unknown };
+  return rest;
 }

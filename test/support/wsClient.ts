@@ -76,6 +76,7 @@ export class WsClient {
         sync: record,
         event: record,
         status: record,
+        delta: record,
         error: record,
         pong: record,
         invalid: (frame) => this.#recordInvalid(frame),
