@@ -1,22 +1,14 @@
 import { existsSync } from 'node:fs';
-import { setTimeout as delay } from 'node:timers/promises';
 import { join } from 'node:path';
 import type { DecisionInput, Effect } from '../../machines/index.ts';
-import {
-  LlmAuthenticationError,
-  LlmRateLimitError,
-  LlmServerError,
-  type Agent,
-  type AgentAction,
-  type AgentContext,
-} from '../agent/index.ts';
+import type { Agent, AgentContext } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { DeltaFrame, StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { DeltaChannel, EventLog, StatusChannel } from '../store/index.ts';
-import { DeltaStream } from './deltaStream.ts';
-import { answerOf, outcomeOf, STATUS } from './effectResults.ts';
-import { IllegalTransitionError, SessionUnavailableError, TetherError } from '../errors.ts';
+import { AgentSteps } from './agentSteps.ts';
+import { outcomeOf, STATUS } from './effectResults.ts';
+import { IllegalTransitionError, SessionUnavailableError } from '../errors.ts';
 
 export interface EffectDeps {
   log: EventLog;
@@ -70,21 +62,17 @@ export class EffectRunner {
   #runtime: { process: Runtime; cause: number } | null = null;
   #starting: { done: Promise<Runtime | null>; cause: number } | null = null;
   #death: Promise<unknown> | null = null;
-  /** The deltas of the current attempt of the current agent step, kept until the next one begins. */
-  #stream: DeltaStream | null = null;
-  readonly #secretValues: readonly string[];
+  readonly #agent: AgentSteps;
 
   constructor(host: EffectHost, deps: EffectDeps) {
     this.#host = host;
     this.#deps = deps;
-    this.#secretValues = [...new Set(Object.values(deps.secrets))]
-      .filter((v) => v.length > 0)
-      .sort((a, b) => b.length - a.length);
+    this.#agent = new AgentSteps(host, deps, this.#abort.signal);
   }
 
-  /** The current attempt's deltas from index 0 (any node asks for them to catch a client up), or null. */
+  /** The current agent step attempt's deltas from index 0 (any node asks for them to catch a client up), or null. */
   currentDeltas(): readonly DeltaFrame[] | null {
-    return this.#stream?.frames ?? null;
+    return this.#agent.currentDeltas();
   }
 
   /** Runs one effect to its end; never rejects (a refused or failed result is logged). */
@@ -114,7 +102,7 @@ export class EffectRunner {
       case 'start_runtime':
         return this.#ensureRuntime(cause);
       case 'ask_agent':
-        return this.#timed('agent step', cause, () => this.#askAgent(cause, effect.attempt));
+        return this.#timed('agent step', cause, () => this.#agent.ask(cause, effect.attempt));
       case 'run_command':
         return this.#timed('command', cause, () => this.#runCommand(cause, effect.command));
       case 'fail_command':
@@ -254,69 +242,6 @@ export class EffectRunner {
     this.#status(STATUS.failed);
     this.#death = this.#host.decide({ type: 'runtime_lost', message }).catch((err: unknown) => this.#dropped(err));
     return this.#death;
-  }
-
-  /**
-   * Attempt `attempt` of the agent step answering event `cause`; its deltas go
-   * to every node as they come (the lease checked first), its answer (or its
-   * failure) to the decider. A failing server or a cut stream is tried again
-   * as the next attempt, after a wait that doubles each attempt.
-   */
-  async #askAgent(cause: number, attempt: number): Promise<string> {
-    const stream = (this.#stream = new DeltaStream(String(cause), attempt, this.#secretValues, (frame) =>
-      this.#publishDelta(frame),
-    ));
-    let action: AgentAction;
-    try {
-      const context = await this.#host.agentContext();
-      action = await context.step({ signal: this.#abort.signal, onDelta: (text) => stream.push(text) });
-      stream.end();
-    } catch (err) {
-      if (this.#abort.signal.aborted) return 'aborted';
-      if (err instanceof LlmServerError) return this.#retry(err, cause, attempt);
-      await this.#host.decide(this.#agentFailure(err, cause));
-      return 'agent_error';
-    }
-    if (this.#abort.signal.aborted) return 'aborted';
-    if (action.usage) await this.#host.decide({ type: 'agent_used', usage: action.usage });
-    const answer = answerOf(action);
-    await this.#host.decide({ type: 'agent_answered', cause, answer, attempt, deltas: stream.count });
-    return answer.type === 'run' ? 'command' : answer.type;
-  }
-
-  #publishDelta(frame: DeltaFrame): void {
-    // A node whose lease may have lapsed says nothing more: another node may run the step now.
-    if (this.#deps.leaseValid?.() === false) return;
-    this.#deps.deltas?.publish(this.#host.conversationId, frame);
-  }
-
-  /** The step's next attempt, once the wait is over (the decider stores it, or the error past the bound). */
-  async #retry(err: LlmServerError, cause: number, attempt: number): Promise<string> {
-    try {
-      await delay((this.#deps.retryBaseMs ?? 500) * 2 ** (attempt - 1), undefined, { signal: this.#abort.signal });
-    } catch {
-      return 'aborted';
-    }
-    const message = `the agent failed: ${errorFields(err).error}`;
-    await this.#host.decide({ type: 'agent_retry', cause, attempt, reason: err.reason, code: err.code, message });
-    return `attempt ${attempt + 1}`;
-  }
-
-  /**
-   * A failed step. A rate limit carries when to try again (the machine waits
-   * in rate_limited, then retries, up to its limit); a bad key tells the
-   * clients; anything else puts the agent in error with the reason.
-   */
-  #agentFailure(err: unknown, cause: number): DecisionInput {
-    const code = err instanceof TetherError ? err.code : 'AGENT_FAILED';
-    const message = `the agent failed: ${errorFields(err).error}`;
-    if (err instanceof LlmRateLimitError) {
-      const retryAt = new Date(this.#deps.clock().getTime() + err.retryAfterMs).toISOString();
-      this.#status(STATUS.rateLimited);
-      return { type: 'agent_failed', cause, code, message, retryAt };
-    }
-    if (err instanceof LlmAuthenticationError) this.#status(STATUS.llmAuthentication);
-    return { type: 'agent_failed', cause, code, message };
   }
 
   /** Runs command `cause` in the runtime the session wants; its output goes to the decider. */

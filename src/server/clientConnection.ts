@@ -2,6 +2,7 @@ import { type RawData, type WebSocket } from 'ws';
 import { errorFields } from '../logger.ts';
 import { ClientFrame, eventBytes, type LoggedEvent, type ServerFrame, type StatusFrame } from '../../protocol/index.ts';
 import type { ConnectPoint, FeedMember } from '../queries/index.ts';
+import { DeltaCursor } from './deltaCursor.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
 import type { WsGatewayOptions } from './wsGateway.ts';
 
@@ -19,8 +20,6 @@ export const CLOSE = {
 } as const;
 
 const CLIENT_FRAME_TYPES = new Set(['user_action', 'ping']);
-/** Items a connection remembers as stored (their late deltas are dropped). */
-const ENDED_KEPT = 8;
 const DEFAULT_MAX_PENDING_BYTES = 8 * 1024 * 1024;
 
 /**
@@ -73,14 +72,8 @@ export class ClientConnection {
   #stopped = false;
   /** Status frames that came before `sync` (which is the first frame a client gets); null once it is sent. */
   #heldStatus: StatusFrame[] | null = [];
-  /** Deltas go out once the client has every stored event it missed (the log's catch-up is done). */
-  #deltasReady = false;
-  /** The item (and attempt) whose deltas this client is getting, and the next index it gets. */
-  #cursor: { itemId: string; attempt: number; next: number } | null = null;
-  /** Items whose stored event this client got: none of their deltas go out after it. */
-  readonly #ended: string[] = [];
-  /** The attempt this node held when the client joined an agent that was not running: it ended unanswered. */
-  #stale: { itemId: string; attempt: number } | null = null;
+  /** Which deltas of the agent's reply under way this client has had. */
+  readonly #deltaCursor = new DeltaCursor();
   /** The wait for the socket to drain while the client reads stored events at its own pace; null when none. */
   #pacing: Promise<void> | null = null;
   #actions: Promise<unknown> = Promise.resolve();
@@ -116,9 +109,7 @@ export class ClientConnection {
     }
     if (this.#stopped) return;
     send(ws, { type: 'sync', conversation_id: conversationId, through_seq: at.throughSeq, state: at.state });
-    // An agent that is not running streams nothing: deltas this node still holds are of a step that ended.
-    const held = at.state === 'running' ? null : member.deltas();
-    if (held) this.#stale = { itemId: held.itemId, attempt: held.attempt };
+    this.#deltaCursor.joined(at.state, member.deltas());
     const statuses = this.#heldStatus ?? [];
     this.#heldStatus = null;
     for (const frame of statuses) send(ws, frame);
@@ -128,7 +119,7 @@ export class ClientConnection {
     });
     // Missed events first, then the current attempt's deltas from index 0, then live ones.
     void subscription.caughtUp.then(() => {
-      this.#deltasReady = true;
+      this.#deltaCursor.caughtUp();
       this.#deltas();
     });
     const early = this.#early ?? [];
@@ -170,8 +161,7 @@ export class ClientConnection {
   #event(logged: LoggedEvent): Promise<void> | undefined {
     const ws = this.#ws;
     if (this.#stopped || ws.readyState !== ws.OPEN) return undefined;
-    const itemId = itemOf(logged);
-    if (itemId !== undefined) this.#endItem(itemId);
+    for (const delta of this.#deltaCursor.before(logged, this.#member?.deltas() ?? null)) ws.send(delta);
     sendEventFrame(ws, logged);
     const maxPending = this.#maxPending();
     if (ws.bufferedAmount > maxPending) {
@@ -186,40 +176,12 @@ export class ClientConnection {
     return this.#pacing;
   }
 
-  /**
-   * Sends the deltas this node holds of the current item's newest attempt
-   * that this client has not had, in index order, stopping at a hole (the
-   * room fills it from the owner). A newer attempt starts again from index 0;
-   * an item whose stored event the client got sends nothing more.
-   */
+  /** The deltas of the reply under way this client has not had yet, in order (see DeltaCursor). */
   #deltas(): void {
     const ws = this.#ws;
-    if (!this.#deltasReady || this.#stopped || ws.readyState !== ws.OPEN) return;
-    const held = this.#member?.deltas();
-    if (!held || this.#ended.includes(held.itemId)) return;
-    if (held.itemId === this.#stale?.itemId && held.attempt <= this.#stale.attempt) return;
-    let cursor = this.#cursor;
-    if (!cursor || cursor.itemId !== held.itemId || cursor.attempt < held.attempt) {
-      cursor = this.#cursor = { itemId: held.itemId, attempt: held.attempt, next: 0 };
-    } else if (cursor.attempt > held.attempt) {
-      return;
-    }
-    const { deltas } = held;
-    for (let delta = deltas[cursor.next]; delta !== undefined; delta = deltas[cursor.next]) {
-      ws.send(delta.json);
-      cursor.next += 1;
-    }
+    if (this.#stopped || ws.readyState !== ws.OPEN) return;
+    for (const delta of this.#deltaCursor.due(this.#member?.deltas() ?? null)) ws.send(delta);
     if (ws.bufferedAmount > this.#maxPending()) this.#closeSlow();
-  }
-
-  /** The stored event of an item: the deltas of it the client is getting go out first, none after. */
-  #endItem(itemId: string): void {
-    if (this.#cursor?.itemId === itemId) {
-      this.#deltas();
-      this.#cursor = null;
-    }
-    this.#ended.push(itemId);
-    if (this.#ended.length > ENDED_KEPT) this.#ended.shift();
   }
 
   #closeSlow(): void {
@@ -276,13 +238,6 @@ export class ClientConnection {
   #maxPending(): number {
     return this.#options.maxPendingBytes ?? DEFAULT_MAX_PENDING_BYTES;
   }
-}
-
-/** The item an agent's answer stores (its step's deltas end with it), or undefined. */
-function itemOf({ event }: LoggedEvent): string | undefined {
-  if (event.source !== 'agent') return undefined;
-  if (event.type === 'message' || event.type === 'command' || event.type === 'finish') return event.data.item_id;
-  return undefined;
 }
 
 /** A valid client frame, or null after telling the client what was wrong. */

@@ -1,0 +1,105 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import type { DecisionInput } from '../../machines/index.ts';
+import type { DeltaFrame, StatusFrame } from '../../protocol/index.ts';
+import { LlmAuthenticationError, LlmRateLimitError, LlmServerError, type AgentAction } from '../agent/index.ts';
+import { TetherError } from '../errors.ts';
+import { errorFields } from '../logger.ts';
+import { DeltaStream } from './deltaStream.ts';
+import { answerOf, STATUS } from './effectResults.ts';
+import type { EffectDeps, EffectHost } from './effectRunner.ts';
+
+/**
+ * The agent steps of one session: each attempt asks the agent, streams its
+ * deltas to every node and hands its answer, or its failure, to the decider.
+ * The current attempt's deltas are kept until the next attempt begins, so any
+ * node can catch a client up.
+ */
+export class AgentSteps {
+  readonly #host: EffectHost;
+  readonly #deps: EffectDeps;
+  readonly #signal: AbortSignal;
+  /** Secret values, longest first, masked in the deltas as they stream. */
+  readonly #secrets: readonly string[];
+  #stream: DeltaStream | null = null;
+
+  constructor(host: EffectHost, deps: EffectDeps, signal: AbortSignal) {
+    this.#host = host;
+    this.#deps = deps;
+    this.#signal = signal;
+    this.#secrets = [...new Set(Object.values(deps.secrets))]
+      .filter((v) => v.length > 0)
+      .sort((a, b) => b.length - a.length);
+  }
+
+  /** The current attempt's deltas from index 0, or null. */
+  currentDeltas(): readonly DeltaFrame[] | null {
+    return this.#stream?.frames ?? null;
+  }
+
+  /**
+   * Attempt `attempt` of the agent step answering event `cause`; its deltas go
+   * to every node as they come (the lease checked first), its answer (or its
+   * failure) to the decider. A failing server or a cut stream is tried again
+   * as the next attempt, after a wait that doubles each attempt.
+   */
+  async ask(cause: number, attempt: number): Promise<string> {
+    const stream = (this.#stream = new DeltaStream(String(cause), attempt, this.#secrets, (frame) =>
+      this.#publishDelta(frame),
+    ));
+    let action: AgentAction;
+    try {
+      const context = await this.#host.agentContext();
+      action = await context.step({ signal: this.#signal, onDelta: (text) => stream.push(text) });
+      stream.end();
+    } catch (err) {
+      if (this.#signal.aborted) return 'aborted';
+      if (err instanceof LlmServerError) return this.#retry(err, cause, attempt);
+      await this.#host.decide(this.#failure(err, cause));
+      return 'agent_error';
+    }
+    if (this.#signal.aborted) return 'aborted';
+    if (action.usage) await this.#host.decide({ type: 'agent_used', usage: action.usage });
+    const answer = answerOf(action);
+    await this.#host.decide({ type: 'agent_answered', cause, answer, attempt, deltas: stream.count });
+    return answer.type === 'run' ? 'command' : answer.type;
+  }
+
+  #publishDelta(frame: DeltaFrame): void {
+    // A node whose lease may have lapsed says nothing more: another node may run the step now.
+    if (this.#deps.leaseValid?.() === false) return;
+    this.#deps.deltas?.publish(this.#host.conversationId, frame);
+  }
+
+  /** The step's next attempt, once the wait is over (the decider stores it, or the error past the bound). */
+  async #retry(err: LlmServerError, cause: number, attempt: number): Promise<string> {
+    try {
+      await delay((this.#deps.retryBaseMs ?? 500) * 2 ** (attempt - 1), undefined, { signal: this.#signal });
+    } catch {
+      return 'aborted';
+    }
+    const message = `the agent failed: ${errorFields(err).error}`;
+    await this.#host.decide({ type: 'agent_retry', cause, attempt, reason: err.reason, code: err.code, message });
+    return `attempt ${attempt + 1}`;
+  }
+
+  /**
+   * A failed step. A rate limit carries when to try again (the machine waits
+   * in rate_limited, then retries, up to its limit); a bad key tells the
+   * clients; anything else puts the agent in error with the reason.
+   */
+  #failure(err: unknown, cause: number): DecisionInput {
+    const code = err instanceof TetherError ? err.code : 'AGENT_FAILED';
+    const message = `the agent failed: ${errorFields(err).error}`;
+    if (err instanceof LlmRateLimitError) {
+      const retryAt = new Date(this.#deps.clock().getTime() + err.retryAfterMs).toISOString();
+      this.#status(STATUS.rateLimited);
+      return { type: 'agent_failed', cause, code, message, retryAt };
+    }
+    if (err instanceof LlmAuthenticationError) this.#status(STATUS.llmAuthentication);
+    return { type: 'agent_failed', cause, code, message };
+  }
+
+  #status(frame: Omit<StatusFrame, 'type'>): void {
+    this.#deps.status.publish(this.#host.conversationId, { type: 'status', ...frame });
+  }
+}
