@@ -67,7 +67,7 @@ export class AgentSteps {
   #publishDelta(frame: DeltaFrame): void {
     // A node whose lease may have lapsed says nothing more: another node may run the step now.
     if (this.#deps.leaseValid?.() === false) return;
-    this.#deps.deltas?.publish(this.#host.conversationId, frame);
+    this.#deps.deltas?.publish(this.#host.conversationId, { frame, json: JSON.stringify(frame) });
   }
 
   /** The step's next attempt, once the wait is over (the decider stores it, or the error past the bound). */

@@ -59,7 +59,14 @@ export class NodeHost {
       host: deps,
       limits,
       status,
-      deltas,
+      // This node's clients get its sessions' deltas in process, every other node's over NATS.
+      deltas: {
+        publish: (id, delta) => {
+          this.feed.deliverLocal(id, delta);
+          deltas.publish(id, delta);
+        },
+        subscribe: (onDelta) => deltas.subscribe(onDelta),
+      },
       checkpoints,
       ownership,
       secrets,

@@ -1,5 +1,12 @@
 import type { DeltaFrame, LoggedEvent, StatusFrame } from '../../protocol/index.ts';
-import type { DeltaChannel, EventLog, LogSubscriber, LogSubscription, StatusChannel } from '../store/index.ts';
+import type {
+  DeltaChannel,
+  DeltaMessage,
+  EventLog,
+  LogSubscriber,
+  LogSubscription,
+  StatusChannel,
+} from '../store/index.ts';
 import { DeltaRoom, type HeldAttempt } from './deltaRoom.ts';
 
 /** One listener of a conversation on this node (a client connection, say). */
@@ -95,16 +102,28 @@ export class ConversationFeed {
     };
   }
 
+  /**
+   * A delta of a session this node runs, handed over in process: its clients
+   * here get it without a trip through NATS (the copy that comes back from
+   * NATS is then dropped as one already held).
+   */
+  deliverLocal(conversationId: string, delta: DeltaMessage): void {
+    this.#delta(conversationId, delta);
+  }
+
   /** A delta from the owner: kept in the room (when this node has listeners) and told to them. */
-  #delta(conversationId: string, delta: { frame: DeltaFrame; json: string }): void {
+  #delta(conversationId: string, delta: DeltaMessage): void {
     const room = this.#rooms.get(conversationId);
     if (!room || !room.deltas.add(delta)) return;
     for (const member of room.members) member.deltas?.();
     if (room.deltas.hasHole) this.#askOwner(conversationId, room);
   }
 
-  /** The owner's deltas of the attempt under way, for a room that joined late or missed some. */
-  #askOwner(conversationId: string, room: Room): void {
+  /**
+   * The owner's deltas of the attempt under way, for a room that joined late
+   * or missed some; asked again (up to 3 times, 50 ms apart) while a hole stays.
+   */
+  #askOwner(conversationId: string, room: Room, tries = 1): void {
     const catchUp = this.#catchUp;
     if (!catchUp || room.catchingUp) return;
     room.catchingUp = true;
@@ -115,6 +134,8 @@ export class ConversationFeed {
       .catch(() => undefined)
       .finally(() => {
         room.catchingUp = false;
+        if (!room.deltas.hasHole || room.members.size === 0 || tries >= 3) return;
+        setTimeout(() => this.#askOwner(conversationId, room, tries + 1), 50).unref();
       });
   }
 

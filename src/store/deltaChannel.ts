@@ -17,7 +17,8 @@ export interface DeltaMessage {
  * attempt's deltas (`ClusterRouter.deltas`).
  */
 export interface DeltaChannel {
-  publish(conversationId: string, frame: DeltaFrame): void;
+  /** Sends one delta (its JSON is what goes on the wire and to every client). */
+  publish(conversationId: string, delta: DeltaMessage): void;
   /** Every conversation's deltas; returns the unsubscribe. */
   subscribe(onDelta: (conversationId: string, delta: DeltaMessage) => void): () => void;
 }
@@ -26,10 +27,10 @@ export interface DeltaChannel {
 export function natsDeltaChannel(nc: NatsConnection, subjectPrefix = DEFAULT_SUBJECT_PREFIX): DeltaChannel {
   const idFrom = subjectPrefix.length + 1;
   return {
-    publish(conversationId, frame) {
+    publish(conversationId, delta) {
       assertConversationId(conversationId);
       try {
-        nc.publish(`${subjectPrefix}.${conversationId}.deltas`, JSON.stringify(frame));
+        nc.publish(`${subjectPrefix}.${conversationId}.deltas`, delta.json);
       } catch {
         // A closed or draining connection drops the delta: a node that misses one asks the owner.
       }
@@ -52,8 +53,7 @@ export function natsDeltaChannel(nc: NatsConnection, subjectPrefix = DEFAULT_SUB
 export function memoryDeltaChannel(): DeltaChannel {
   const subscribers = new Set<(conversationId: string, delta: DeltaMessage) => void>();
   return {
-    publish(conversationId, frame) {
-      const delta = { frame, json: JSON.stringify(frame) };
+    publish(conversationId, delta) {
       for (const onDelta of subscribers) onDelta(conversationId, delta);
     },
     subscribe(onDelta) {
