@@ -11,6 +11,8 @@ import { Proc } from './proc.ts';
 
 /** A frame as received: its seq (a baseline: its position) and the event's JSON as sent. */
 export type Frame = [seq: number, json: string];
+/** A delta frame as received: how many event frames came before it, its JSON, and when (epoch ms, across processes). */
+export type Delta = [events: number, json: string, at: number];
 
 /** A client of a conversation (a baseline's: of a room). `send(k)`: the k-th message (senders only);
  * `onArrival(k)`: the k-th reached it; `position`: its cursor (a baseline: messages received);
@@ -47,6 +49,7 @@ class WsSocket extends WebSocket {
 /** A Tether client that checks each user message it gets is its conversation's next one, by content. */
 export class TetherMember implements Member {
   readonly frames: Frame[] = [];
+  readonly deltas: Delta[] = [];
   onArrival: ((k: number) => void) | null = null;
   onFrame: (() => void) | null = null;
   /** The last agent state fact. */
@@ -72,6 +75,7 @@ export class TetherMember implements Member {
       handlers: {
         sync: () => synced(),
         event: (frame, text) => this.#event(frame, text),
+        delta: (_, text) => this.deltas.push([this.frames.length, text, performance.timeOrigin + performance.now()]),
         error: (_f, text) => this.fail(new Error(`error frame on ${id}: ${text}`)),
         invalid: (f) => this.fail(new Error(`${id}: ${f.problem}: ${f.raw.slice(0, 300)}`)),
         socketError: (e) => this.fail((e as { error?: Error }).error ?? new Error(`socket error on ${id}`)),
@@ -234,6 +238,11 @@ export function paced(messages: number, perSecond: number): Promise<Paced> {
 /** Every client's frames, group by group (sender first). Asked apart from the run: their shipping is not timed. */
 export async function frames(): Promise<Frame[][]> {
   return groups.flat().map((m) => m.frames);
+}
+
+/** Every Tether client's delta frames, as `frames()`. */
+export async function deltas(): Promise<Delta[][]> {
+  return groups.flat().map((m) => (m instanceof TetherMember ? m.deltas : []));
 }
 
 export async function close(): Promise<void> {

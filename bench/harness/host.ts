@@ -22,6 +22,8 @@ export interface HostOptions {
   tag: string;
   /** `thinking`: the scripted agent thinks for 10 minutes after the first message, so each later user message is one event. */
   agent?: 'scripted' | 'thinking';
+  /** The scripted agent streams each reply a few words per delta, this far apart (default: no deltas). */
+  deltaMs?: number;
   /** `memory` (echo), `cat` (each command prints 1 KiB), or `local` (a bash per conversation under `workspaces`). */
   runtime?: 'memory' | 'cat' | 'local';
   workspaces?: string;
@@ -77,7 +79,7 @@ export async function startTether(options: HostOptions): Promise<{ port: number 
   const tether = createTether({
     stores,
     runtimes: options.runtime === 'local' ? localRuntimeProvider({ workspaceRoot: options.workspaces! }) : memory,
-    agent: options.agent === 'thinking' ? scriptedAgent({ delayMs: 10 * 60_000 }) : scriptedAgent(),
+    agent: scriptedAgent({ delayMs: options.agent === 'thinking' ? 10 * 60_000 : 0, deltaMs: options.deltaMs }),
     logger: silentLogger,
     newId: options.fixedIds ? () => hosted().nextId : undefined,
     server: { authenticate },

@@ -11,6 +11,7 @@ import { heap } from './heap.ts';
 import { read } from './read.ts';
 import { rehydrate } from './rehydrate.ts';
 import { resume } from './resume.ts';
+import { streaming } from './streaming.ts';
 import { timeTravel } from './timeTravel.ts';
 
 export const SCENARIOS: readonly Scenario[] = [
@@ -26,4 +27,5 @@ export const SCENARIOS: readonly Scenario[] = [
   failover,
   cluster,
   timeTravel,
+  streaming,
 ];

@@ -19,6 +19,8 @@ export interface StreamScript {
   deltas: string[];
   /** Pause before each token chunk after the first (delta or tool call piece), default 0. */
   gapMs?: number;
+  /** Pause between the response's start (headers and role chunk) and the first token: a model's time to first token, default 0. */
+  leadMs?: number;
   usage?: Usage;
   /** Streamed after the text deltas; `finish_reason` is then `tool_calls`. */
   toolCall?: { name: string; args: unknown };
@@ -261,7 +263,8 @@ async function stream(res: ServerResponse, request: RecordedRequest, reply: Stre
   let tokens = 0;
   /** Waits the gap before every token but the first; false when the client is gone. */
   const token = async () => {
-    if (tokens++ > 0 && script.gapMs) await delay(script.gapMs, undefined, { signal: closed.signal }).catch(() => {});
+    const wait = tokens++ > 0 ? script.gapMs : script.leadMs;
+    if (wait) await delay(wait, undefined, { signal: closed.signal }).catch(() => {});
     if (res.destroyed) return false;
     request.firstTokenAt ??= now();
     return true;
