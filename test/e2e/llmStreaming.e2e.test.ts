@@ -144,6 +144,8 @@ describe('streamed LLM replies', () => {
       item_id: item,
       attempt: 3,
     });
+    // The parent's attempt still hangs: deleted, so that no node takes it over later and asks the LLM again.
+    expect((await http(a.baseUrl, 'DELETE', `/api/conversations/${id}`)).status).toBe(204);
   }, 30_000);
 
   // Last: it kills node A.
