@@ -70,14 +70,15 @@ async function main(): Promise<void> {
         log: (l) => log.push(l),
         note: (n) => notes.push(n),
       };
-      mkdirSync(ctx.profileDir, { recursive: true });
+      // Only a profiled run writes profiles: no empty folder is left behind otherwise.
+      if (ctx.profile) mkdirSync(ctx.profileDir, { recursive: true });
       progress(`${scenario.name}: ${scenario.load}`);
       const s0 = performance.now();
       const got = await within(SCENARIO_TIMEOUT_MS, `scenario ${scenario.name}`, scenario.run(ctx));
       const seconds = (performance.now() - s0) / 1000;
       progress(`${scenario.name}: ${seconds.toFixed(0)} s`);
       measured.push({ scenario, rows: got, log, notes, seconds });
-      profiles.push(...summariseProfiles(scenario.name, ctx.profileDir));
+      if (ctx.profile) profiles.push(...summariseProfiles(scenario.name, ctx.profileDir));
     }
     const natsServer = execFileSync(binary, ['--version'], { encoding: 'utf8' }).trim();
     const report = {
