@@ -1,5 +1,5 @@
 import type { DeltaFrame, PassivationReason, UserAction } from '../../protocol/index.ts';
-import { deltaFrom, type AppendResult, type ClusterBus } from '../store/index.ts';
+import { isDeltaFrame, type AppendResult, type ClusterBus } from '../store/index.ts';
 import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
 import { ClusterOwnership, type Ownership } from './ownership.ts';
 
@@ -111,7 +111,7 @@ export class ClusterRouter {
       const request: ForwardRequest = { op: 'deltas', conversation_id: conversationId };
       const answer = (await this.#bus.request(node, request, this.#leaseMs)) as { deltas?: unknown };
       if (!Array.isArray(answer?.deltas)) return null;
-      return answer.deltas.flatMap((d) => deltaFrom(JSON.stringify(d)) ?? []);
+      return answer.deltas.filter(isDeltaFrame);
     } catch {
       return null;
     }

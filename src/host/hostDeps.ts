@@ -1,7 +1,4 @@
 import { DEFAULT_RATE_LIMIT_RETRIES } from '../../machines/index.ts';
-
-/** Attempts of one agent step when TETHER_MAX_ATTEMPTS is not set. */
-export const DEFAULT_MAX_ATTEMPTS = 3;
 import type { Agent } from '../agent/index.ts';
 import type { Logger } from '../logger.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
@@ -17,6 +14,9 @@ import type {
 } from '../store/index.ts';
 import type { Ownership } from '../cluster/ownership.ts';
 import type { PassivationLimits } from './passivationPolicy.ts';
+
+/** Attempts of one agent step when TETHER_MAX_ATTEMPTS is not set. */
+export const DEFAULT_MAX_ATTEMPTS = 3;
 
 export interface SessionLimits extends PassivationLimits {
   /** A session that has not started this long after creation reports error. */

@@ -15,6 +15,8 @@ export interface FeedMember {
   follow(afterSeq: number, subscriber: LogSubscriber): LogSubscription;
   /** The deltas this node holds of the conversation's current item (its newest attempt), or null. */
   deltas(): HeldAttempt | null;
+  /** Asks the owner for the deltas of the attempt under way (a client joined while the agent runs). */
+  catchUp(): void;
   /** No more status frames, deltas or events; the listener no longer counts. */
   leave(): void;
 }
@@ -64,12 +66,8 @@ export class ConversationFeed {
     this.#catchUp = deltas?.catchUp;
   }
 
-  /**
-   * Joins a conversation: its status frames and deltas from now on go to
-   * `hooks` (the first member on this node asks the owner for the deltas of
-   * the attempt under way); its events once `follow` is called.
-   */
-  join(conversationId: string, hooks: FeedListenerHooks | ((frame: StatusFrame) => void)): FeedMember {
+  /** Joins a conversation: its status frames and deltas from now on go to `hooks`; its events once `follow` is called. */
+  join(conversationId: string, hooks: FeedListenerHooks): FeedMember {
     this.#unsubscribe ??= [
       this.#status.subscribe((id, frame) => {
         for (const member of this.#rooms.get(id)?.members ?? []) member.status(frame);
@@ -77,13 +75,11 @@ export class ConversationFeed {
       ...(this.#deltas ? [this.#deltas.subscribe((id, delta) => this.#delta(id, delta))] : []),
     ];
     let room = this.#rooms.get(conversationId);
-    if (!room) {
+    if (!room)
       this.#rooms.set(conversationId, (room = { members: new Set(), deltas: new DeltaRoom(), catchingUp: false }));
-      this.#askOwner(conversationId, room);
-    }
     const joined = room;
     // An object of its own per member, so that the same callback joining twice counts twice.
-    const member: FeedListenerHooks = typeof hooks === 'function' ? { status: hooks } : { ...hooks };
+    const member: FeedListenerHooks = { ...hooks };
     joined.members.add(member);
     let subscription: LogSubscription | null = null;
     return {
@@ -93,6 +89,7 @@ export class ConversationFeed {
         return subscription;
       },
       deltas: () => joined.deltas.held,
+      catchUp: () => this.#askOwner(conversationId, joined),
       leave: () => {
         subscription?.close();
         subscription = null;
@@ -144,7 +141,7 @@ export class ConversationFeed {
    * (in-process listeners: benches and tools); returns the unsubscribe.
    */
   listen(conversationId: string, afterSeq: number, listener: FeedListener): { caughtUp: Promise<void>; stop(): void } {
-    const member = this.join(conversationId, (frame) => listener.status?.(frame));
+    const member = this.join(conversationId, { status: (frame) => listener.status?.(frame) });
     const subscription = member.follow(afterSeq, {
       event: (logged) => {
         listener.event(logged);

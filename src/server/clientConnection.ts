@@ -110,6 +110,8 @@ export class ClientConnection {
     if (this.#stopped) return;
     send(ws, { type: 'sync', conversation_id: conversationId, through_seq: at.throughSeq, state: at.state });
     this.#deltaCursor.joined(at.state, member.deltas());
+    // Joined mid-reply: the deltas so far come from the owner (they may have begun before this node listened).
+    if (at.state === 'running') member.catchUp();
     const statuses = this.#heldStatus ?? [];
     this.#heldStatus = null;
     for (const frame of statuses) send(ws, frame);

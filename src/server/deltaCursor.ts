@@ -3,6 +3,8 @@ import type { HeldAttempt } from '../queries/index.ts';
 
 /** Items a connection remembers as stored (their late deltas are dropped). */
 const ENDED_KEPT = 8;
+/** Most events store no item: they share one empty answer instead of one each. */
+const NONE: readonly string[] = [];
 
 /**
  * Which deltas one client connection has had, so that it gets the deltas of
@@ -54,9 +56,9 @@ export class DeltaCursor {
    * answer), the item's deltas still due are returned to go first, and the
    * item ends for this client.
    */
-  before(logged: LoggedEvent, held: HeldAttempt | null): string[] {
+  before(logged: LoggedEvent, held: HeldAttempt | null): readonly string[] {
     const itemId = itemOf(logged);
-    if (itemId === undefined) return [];
+    if (itemId === undefined) return NONE;
     const due = this.#current?.itemId === itemId && held?.itemId === itemId ? [...this.due(held)] : [];
     if (this.#current?.itemId === itemId) this.#current = null;
     this.#ended.push(itemId);

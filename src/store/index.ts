@@ -18,6 +18,7 @@ export {
   memoryDeltaChannel,
   natsDeltaChannel,
   deltaFrom,
+  isDeltaFrame,
   type DeltaChannel,
   type DeltaMessage,
 } from './deltaChannel.ts';
