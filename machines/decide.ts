@@ -36,10 +36,22 @@ export type AgentAnswer = (
   | { type: 'finish'; content: string }
 ) & { thought?: string };
 
+/**
+ * What the current step's attempt has streamed so far (its deltas joined, as
+ * masked), given with a user action that may cut the step: an interrupt, a
+ * stop, or a message under `double_texting: interrupt`.
+ */
+export interface Streamed {
+  itemId: string;
+  attempt: number;
+  text: string;
+  deltas: number;
+}
+
 /** One input to the decider: a user action, an effect's result, a deadline, or a lifecycle step of the host. */
 export type DecisionInput =
   | { type: 'create'; conversationId: string; data: CreatedData }
-  | { type: 'user_action'; action: UserAction }
+  | { type: 'user_action'; action: UserAction; streamed?: Streamed }
   | { type: 'runtime_progress'; status: 'starting' | 'connecting' | 'setting_up' | 'connected' }
   | { type: 'runtime_lost'; message: string }
   | { type: 'agent_used'; usage: EventOf<'agent_usage'>['data'] }
@@ -58,7 +70,7 @@ export type DecisionInput =
   | { type: 'fork'; parent: string; seq: number; folded: number; recordedState?: AgentState }
   | { type: 'close'; reason: string };
 
-export type RefusalCode = 'ILLEGAL_TRANSITION' | 'NOT_STARTED' | 'ENDED';
+export type RefusalCode = 'ILLEGAL_TRANSITION' | 'NOT_STARTED' | 'ENDED' | 'AGENT_BUSY';
 
 export type Decision =
   | { ok: true; events: StoredEvent[]; snapshot: SessionSnapshot }
@@ -79,8 +91,10 @@ const DEADLINE_MESSAGES: Record<Deadline['name'], string> = {
 /**
  * A proposal may read the state its earlier siblings led to (`session_passivated`
  * names the state it leaves in); one that reads it may also propose nothing.
+ * A `together` group is one change: the state fact it leads to follows its
+ * last event (an interrupt, then what it cut, then `awaiting_user_input`).
  */
-type Proposal = NewEvent | ((snapshot: SessionSnapshot) => NewEvent | null);
+type Proposal = NewEvent | ((snapshot: SessionSnapshot) => NewEvent | null) | { together: Proposal[] };
 
 /**
  * The one decider. Given the current snapshot and one input it says which
@@ -93,6 +107,8 @@ export function decide(snapshot: SessionSnapshot | undefined, input: DecisionInp
   if (input.type === 'create') return create(input, stamp);
   if (!snapshot) return refuse('NOT_STARTED', 'the conversation has not been created', 'loading');
   if (snapshot.status !== 'active') return refuse('ENDED', 'the conversation has ended', agentStateOf(snapshot));
+  const busy = busyRefusal(snapshot, input);
+  if (busy) return busy;
   const proposals = proposalsFor(snapshot, input);
   if (proposals.length === 0) {
     return refuse('ILLEGAL_TRANSITION', `${input.type} does not answer the current step`, agentStateOf(snapshot));
@@ -101,23 +117,54 @@ export function decide(snapshot: SessionSnapshot | undefined, input: DecisionInp
   let current: SessionSnapshot = snapshot;
   let nextId = stamp.nextEventId;
   const at = stamp.now.toISOString();
-  for (const proposal of proposals) {
-    const proposed = typeof proposal === 'function' ? proposal(current) : proposal;
-    if (proposed === null) continue;
-    const event = stamped(proposed, nextId++, at, stamp);
-    const machineEvent = toSessionEvent(event);
-    if (machineEvent && !current.can(machineEvent)) {
-      const state = agentStateOf(current);
-      return refuse('ILLEGAL_TRANSITION', `cannot ${describe(machineEvent)} while the agent is ${state}`, state);
+  /** Stores each proposal in turn; a group's state fact waits for its last event. Returns a refusal, or null. */
+  const store = (list: readonly Proposal[], inGroup: boolean): Decision | null => {
+    for (const proposal of list) {
+      if (typeof proposal === 'object' && 'together' in proposal) {
+        const before = current;
+        const firstId = nextId;
+        const refused = store(proposal.together, true);
+        if (refused) return refused;
+        const fact = stateFact(before, current);
+        if (fact) events.push(stamped({ ...fact, cause: firstId }, nextId++, at, stamp));
+        continue;
+      }
+      const proposed = typeof proposal === 'function' ? proposal(current) : proposal;
+      if (proposed === null) continue;
+      const event = stamped(proposed, nextId++, at, stamp);
+      const machineEvent = toSessionEvent(event);
+      if (machineEvent && !current.can(machineEvent)) {
+        const state = agentStateOf(current);
+        return refuse('ILLEGAL_TRANSITION', `cannot ${describe(machineEvent)} while the agent is ${state}`, state);
+      }
+      events.push(event);
+      if (!machineEvent) continue;
+      const next = nextSnapshot(current, machineEvent);
+      const fact = inGroup ? null : stateFact(current, next);
+      if (fact) events.push(stamped({ ...fact, cause: event.id }, nextId++, at, stamp));
+      current = next;
     }
-    events.push(event);
-    if (!machineEvent) continue;
-    const next = nextSnapshot(current, machineEvent);
-    const fact = stateFact(current, next);
-    if (fact) events.push(stamped({ ...fact, cause: event.id }, nextId++, at, stamp));
-    current = next;
-  }
-  return { ok: true, events, snapshot: current };
+    return null;
+  };
+  const refused = store(proposals, false);
+  return refused ?? { ok: true, events, snapshot: current };
+}
+
+/** Whether the agent works by itself now: where a user message meets the conversation's `double_texting`. */
+function agentWorks(snapshot: SessionSnapshot): boolean {
+  return snapshot.matches({ active: 'running' }) || snapshot.matches({ active: 'rate_limited' });
+}
+
+/** `double_texting: reject`: a message while the agent works is refused, and nothing is stored. */
+function busyRefusal(snapshot: SessionSnapshot, input: DecisionInput): Decision | null {
+  if (input.type !== 'user_action' || input.action.type !== 'message') return null;
+  if (snapshot.context.doubleTexting !== 'reject' || !agentWorks(snapshot)) return null;
+  const state = agentStateOf(snapshot);
+  return refuse(
+    'AGENT_BUSY',
+    `the agent is busy (${state}) and this conversation rejects messages meanwhile (double_texting: reject): wait, or interrupt it first`,
+    state,
+  );
 }
 
 function create(input: Extract<DecisionInput, { type: 'create' }>, stamp: DecisionStamp): Decision {
@@ -134,7 +181,7 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
   const env = 'environment' as const;
   switch (input.type) {
     case 'user_action':
-      return [userEvent(input.action)];
+      return userProposals(snapshot, input.action, input.streamed);
     case 'runtime_progress':
       return [{ source: env, type: 'runtime_status', data: { status: input.status } }];
     case 'runtime_lost':
@@ -187,13 +234,13 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
 
 /**
  * Leaving memory: a command still out is recorded as interrupted (one waiting
- * for confirmation never started: it stays pending), a runtime that was up is
+ * for confirmation, or held by a pause, never started: it stays pending), a runtime that was up is
  * recorded as stopped, then `session_passivated` with the state to come back in.
  */
 function passivation(snapshot: SessionSnapshot, reason: PassivationReason): Proposal[] {
   const { pendingCommand, runtime } = snapshot.context;
   const out: Proposal[] = [];
-  if (pendingCommand && !snapshot.matches({ active: 'awaiting_user_confirmation' })) {
+  if (pendingCommand && !pendingCommand.held && !snapshot.matches({ active: 'awaiting_user_confirmation' })) {
     out.push(
       interrupted(
         pendingCommand.eventId,
@@ -272,6 +319,58 @@ function nextAttempt(reason: AttemptReason, message: string | undefined, code: s
   };
 }
 
+/**
+ * A user action as stored. An interrupt, or a stop while the agent works,
+ * stores in the same change what the step and the command leave; a message
+ * while the agent works under `double_texting: interrupt` is an interrupt first.
+ */
+function userProposals(snapshot: SessionSnapshot, action: UserAction, streamed: Streamed | undefined): Proposal[] {
+  const event = userEvent(action);
+  const works = snapshot.matches({ active: 'running' });
+  if (action.type === 'interrupt') return [{ together: [event, ...cutWork(snapshot, streamed, 'interrupt')] }];
+  if (action.type === 'change_agent_state' && action.state === 'stopped' && works)
+    return [{ together: [event, ...cutWork(snapshot, streamed, 'stop')] }];
+  if (action.type === 'message' && snapshot.context.doubleTexting === 'interrupt' && agentWorks(snapshot)) {
+    const interrupt = userEvent({ type: 'interrupt' });
+    return [{ together: [interrupt, ...cutWork(snapshot, streamed, 'interrupt')] }, event];
+  }
+  return [event];
+}
+
+/**
+ * What an interrupt or a stop leaves of the work it cuts: the agent's message
+ * holding what the step's current attempt streamed (none when nothing was), and
+ * the running command's output, cancelled by the user. Nothing else of the step
+ * is stored: its effects are aborted once the state no longer asks for them.
+ */
+function cutWork(snapshot: SessionSnapshot, streamed: Streamed | undefined, by: 'interrupt' | 'stop'): NewEvent[] {
+  const out: NewEvent[] = [];
+  const { stepCause, attempt, pendingCommand } = snapshot.context;
+  const thinking = snapshot.matches({ active: { running: 'thinking' } });
+  if (thinking && stepCause !== null && streamed?.itemId === String(stepCause) && streamed.attempt === attempt) {
+    if (streamed.text !== '') {
+      const data = { content: streamed.text, item_id: streamed.itemId, attempt, deltas: streamed.deltas };
+      out.push({ source: 'agent', type: 'message', data: { ...data, interrupted: true }, cause: stepCause });
+    }
+  }
+  if (pendingCommand && snapshot.matches({ active: { running: 'executing' } })) {
+    out.push(commandOutput(pendingCommand.eventId, pendingCommand.command, cancelled(by)));
+  }
+  return out;
+}
+
+/** The output of a command the user cancelled while it ran. */
+function cancelled(by: 'interrupt' | 'stop'): CommandResult {
+  const who = by === 'interrupt' ? 'interrupted the agent' : 'stopped the agent';
+  return {
+    exit_code: null,
+    output: `cancelled: the user ${who} while this command ran; its processes were sent SIGINT, then SIGKILL`,
+    timed_out: false,
+    truncated: false,
+    cancelled: by,
+  };
+}
+
 function userEvent(action: UserAction): NewEvent {
   switch (action.type) {
     case 'message':
@@ -282,6 +381,8 @@ function userEvent(action: UserAction): NewEvent {
       return { source: 'user', type: 'change_agent_state', data: { state: action.state } };
     case 'reconnect_runtime':
       return { source: 'user', type: 'reconnect_runtime', data: {} };
+    case 'interrupt':
+      return { source: 'user', type: 'interrupt', data: {} };
   }
 }
 
@@ -348,6 +449,8 @@ function describe(event: SessionEvent): string {
       return `change the agent state to ${event.state}`;
     case 'user.reconnect_runtime':
       return 'reconnect the runtime (only in error, or after the runtime was lost)';
+    case 'user.interrupt':
+      return 'interrupt the agent (only while it is running or rate limited)';
     default:
       return `apply ${event.type}`;
   }

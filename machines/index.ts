@@ -32,6 +32,7 @@ export {
   type Decision,
   type DecisionInput,
   type DecisionStamp,
+  type Streamed,
   type RefusalCode,
 } from './decide.ts';
 export { effectsOf, effectKey, type Effect } from './effects.ts';

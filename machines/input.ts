@@ -12,6 +12,7 @@ export function inputFrom(created: EventOf<'conversation_created'>): SessionInpu
     maxRateLimitRetries: created.data.max_rate_limit_retries ?? DEFAULT_RATE_LIMIT_RETRIES,
     maxAttempts: created.data.max_attempts ?? null,
     confirmationMode: created.data.confirmation_mode,
+    doubleTexting: created.data.double_texting ?? 'enqueue',
     startDeadline: timeout === undefined ? null : Date.parse(created.ts) + timeout,
     machineVersion: created.data.machine_version ?? UNRECORDED_MACHINE_VERSION,
   };

@@ -1,11 +1,11 @@
-import type { AgentState, RuntimeStatus } from '../protocol/index.ts';
+import type { AgentState, DoubleTexting, RuntimeStatus } from '../protocol/index.ts';
 
 /**
  * Bump when a change to `machines/` changes what a stored log means or what a
  * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
  * version table in test/machines/machineVersion.unit.test.ts.
  */
-export const SESSION_MACHINE_VERSION = 7;
+export const SESSION_MACHINE_VERSION = 8;
 
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
@@ -38,6 +38,8 @@ export interface SessionInput {
    */
   maxAttempts: number | null;
   confirmationMode: boolean;
+  /** What a user message does while the agent works (read by the decider; absent from logs before it: enqueue). */
+  doubleTexting: DoubleTexting;
   /** Epoch ms by which the session must have started, or null for no limit. */
   startDeadline: number | null;
   /** The machine version the log was written under so far (default: this one). */
@@ -55,6 +57,11 @@ export interface PendingCommand {
   interrupted?: true;
   /** It was sent while the runtime was lost (a reconnect came after): it fails, never runs late. */
   lost?: string;
+  /**
+   * The agent chose it while a pause was asked: it waits, not started, for the
+   * agent to resume (a passivation or a crash leaves it to run then).
+   */
+  held?: true;
 }
 
 const COMING_UP: ReadonlySet<RuntimeStatus> = new Set(['reconnecting', 'starting', 'connecting', 'setting_up']);
@@ -91,6 +98,13 @@ export interface SessionContext extends Omit<SessionInput, 'machineVersion'> {
   lastMessageId: number | null;
   /** id of the event that started the current agent step: its answer must carry it as `cause`. */
   stepCause: number | null;
+  /**
+   * The step an interrupt or a stop just cut (its `stepCause`), whose partial
+   * message (`interrupted: true`) the same decision may still store; null otherwise.
+   */
+  cutStep: number | null;
+  /** A user asked to pause while the agent works: it pauses once the step answers or the command finishes. */
+  pausing: boolean;
   pendingCommand: PendingCommand | null;
   /** Why the agent is in error, when it is. */
   error: string | null;
@@ -116,6 +130,7 @@ const NO_INPUT: SessionInput = {
   maxRateLimitRetries: 0,
   maxAttempts: null,
   confirmationMode: false,
+  doubleTexting: 'enqueue',
   startDeadline: null,
   machineVersion: SESSION_MACHINE_VERSION,
 };
@@ -140,6 +155,8 @@ export function initialContext(input: SessionInput | undefined): SessionContext 
     unreadMessage: false,
     lastMessageId: null,
     stepCause: null,
+    cutStep: null,
+    pausing: false,
     pendingCommand: null,
     error: null,
     runtime: 'stopped',

@@ -26,7 +26,8 @@ export type SessionEvent = Stamp &
     | { type: 'user.run'; command: string }
     | { type: 'user.change_state'; state: AgentState }
     | { type: 'user.reconnect_runtime' }
-    | { type: 'agent.message'; cause: number | undefined; attempt?: number; goesOn?: boolean }
+    | { type: 'user.interrupt' }
+    | { type: 'agent.message'; cause: number | undefined; attempt?: number; goesOn?: boolean; interrupted?: boolean }
     | { type: 'agent.run'; cause: number | undefined; attempt?: number; command: string; risky: boolean }
     | { type: 'agent.finish'; cause: number | undefined; attempt?: number }
     | { type: 'agent.attempt'; item: string; attempt: number; counted: boolean }
@@ -93,6 +94,7 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
             cause,
             attempt: event.data.attempt,
             goesOn: event.data.wait_for_response === false,
+            interrupted: event.data.interrupted === true,
           };
     case 'command':
       return event.source === 'user'
@@ -110,6 +112,8 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
       return { type: 'user.change_state', eventId, at, state: event.data.state };
     case 'reconnect_runtime':
       return { type: 'user.reconnect_runtime', eventId, at };
+    case 'interrupt':
+      return { type: 'user.interrupt', eventId, at };
     case 'finish':
       return { type: 'agent.finish', eventId, at, cause, attempt: event.data.attempt };
     case 'agent_attempt': {

@@ -1,7 +1,7 @@
 import type { SnapshotFrom } from 'xstate';
 import type { AgentState } from '../protocol/index.ts';
 import { initialContext } from './sessionContext.ts';
-import { and, resumesIn, sessionSetup, wants } from './sessionSetup.ts';
+import { and, not, resumesIn, sessionSetup, wants } from './sessionSetup.ts';
 
 export {
   SESSION_MACHINE_VERSION,
@@ -16,6 +16,8 @@ export {
 
 const THINKING = '#session.active.running.thinking';
 const ERROR = '#session.active.error';
+const PAUSED = '#session.active.paused';
+const AWAITING = '#session.active.awaiting_user_input';
 
 /** What a waiting agent does with a user's message or command. */
 const startsWork = {
@@ -48,7 +50,7 @@ const withinLimits = (guard: StepDue, actions: readonly StepAction[]) =>
 /** Leaving memory keeps the agent state to come back to; never with a command still out. */
 const passivates = (state: AgentState) =>
   ({
-    guard: 'hasNoPendingCommand',
+    guard: 'hasNoCommandOut',
     target: '#session.passivated',
     actions: { type: 'rememberState', params: { state } },
   }) as const;
@@ -105,6 +107,10 @@ export const sessionMachine = sessionSetup.createMachine({
         'runtime.stopped': { actions: 'runtimeStopped' },
         'runtime.disconnected': { target: '.error', actions: ['runtimeLost', 'recordFailure'] },
         'user.reconnect_runtime': { guard: 'hasLostRuntime', actions: 'requestRuntime' },
+        // What an LLM call used counts in any state: a step that was cut or whose answer came too late used it too.
+        'agent.usage': { actions: 'addCost' },
+        // The partial message of a step an interrupt or a stop just cut (same decision).
+        'agent.message': { guard: 'answersCutStep', actions: 'forgetCutStep' },
         // Back after a crash (no passivation): a command that was out is reported interrupted.
         'session.rehydrate': { actions: ['forgetState', 'interruptCommand', 'forgetRuntimeProcess'] },
         'session.close': { target: 'closed' },
@@ -121,16 +127,23 @@ export const sessionMachine = sessionSetup.createMachine({
           },
         },
         running: {
-          description: 'The agent is working: thinking about its next action or running a command.',
+          description:
+            'The agent is working: thinking about its next action or running a command. A pause asked here (`context.pausing`) takes effect once the step answers or the command finishes; an interrupt or a stop cuts both at once.',
           tags: ['running', 'busy'],
           entry: 'markRunning',
-          exit: 'clearRunning',
+          exit: ['clearRunning', 'clearPausing'],
           initial: 'thinking',
           on: {
             'user.message': { actions: 'markUnread' },
+            // An interrupt cuts the step and the command (the decision stores what they leave) and hands over to the user.
+            'user.interrupt': { target: AWAITING, actions: 'cutStep' },
             'user.change_state': [
-              { guard: wants('stopped'), target: 'stopped' },
-              { guard: wants('paused'), target: 'paused' },
+              { guard: wants('stopped'), target: 'stopped', actions: 'cutStep' },
+              // Version 7 and before: a pause took effect at once, the step or command left running.
+              { guard: and([wants('paused'), 'writtenBeforeVersion8']), target: 'paused' },
+              // The step answers, or the command finishes, then the agent pauses.
+              { guard: and([wants('paused'), not('pausing')]), actions: 'requestPause' },
+              { guard: and([wants('running'), 'pausing']), actions: 'cancelPause' },
             ],
             'session.passivate': passivates('running'),
           },
@@ -140,20 +153,27 @@ export const sessionMachine = sessionSetup.createMachine({
               entry: 'beginStep',
               on: {
                 'agent.message': [
+                  {
+                    guard: and(['answersCurrentStep', 'pausing']),
+                    target: PAUSED,
+                    actions: ['endStep', 'resetRetries'],
+                  },
                   // A message came while the agent worked, or the agent has more to say:
                   // another step, within the limits.
                   ...withinLimits('answersWithMoreToDo', ['endStep', 'resetRetries']),
-                  {
-                    guard: 'answersCurrentStep',
-                    target: '#session.active.awaiting_user_input',
-                    actions: ['endStep', 'resetRetries'],
-                  },
+                  { guard: 'answersCurrentStep', target: AWAITING, actions: ['endStep', 'resetRetries'] },
                 ],
                 'agent.run': [
                   {
                     guard: and(['answersCurrentStep', 'needsConfirmation']),
                     target: '#session.active.awaiting_user_confirmation',
                     actions: ['queueAgentCommand', 'resetRetries'],
+                  },
+                  // Pausing: the command waits, unrun, for the agent to resume.
+                  {
+                    guard: and(['answersCurrentStep', 'pausing']),
+                    target: PAUSED,
+                    actions: ['queueAgentCommand', 'holdCommand', 'resetRetries'],
                   },
                   { guard: 'answersCurrentStep', target: 'executing', actions: ['queueAgentCommand', 'resetRetries'] },
                 ],
@@ -163,10 +183,11 @@ export const sessionMachine = sessionSetup.createMachine({
                   actions: ['endStep', 'resetRetries'],
                 },
                 'agent.failed': { guard: 'answersCurrentStep', target: ERROR, actions: 'recordFailure' },
-                'agent.usage': { actions: 'addCost' },
                 'agent.attempt': { guard: 'takesNextAttempt', actions: 'nextAttempt' },
                 'command.finished': recordsLateOutput,
                 'agent.rate_limited': [
+                  // Pausing: no wait for a retry; resuming starts a new step.
+                  { guard: and(['answersCurrentStep', 'pausing']), target: PAUSED, actions: 'resetRetries' },
                   {
                     guard: and(['answersCurrentStep', 'hasRetriesLeft']),
                     target: '#session.active.rate_limited',
@@ -181,17 +202,14 @@ export const sessionMachine = sessionSetup.createMachine({
                 'A command runs in the runtime (or, after a crash, is reported interrupted); its output comes back as an observation.',
               on: {
                 'command.finished': [
+                  { guard: and(['answersPendingCommand', 'pausing']), target: PAUSED, actions: 'clearCommand' },
                   ...withinLimits('answersAgentsCommand', ['clearCommand']),
                   {
                     guard: and(['answersPendingCommand', 'hasUnreadMessage']),
                     target: 'thinking',
                     actions: 'clearCommand',
                   },
-                  {
-                    guard: 'answersPendingCommand',
-                    target: '#session.active.awaiting_user_input',
-                    actions: 'clearCommand',
-                  },
+                  { guard: 'answersPendingCommand', target: AWAITING, actions: 'clearCommand' },
                   // Version 3 logs: their `executing` took any output as its command's (kept so they fold as written).
                   {
                     guard: 'writtenUnderVersion3',
@@ -210,13 +228,18 @@ export const sessionMachine = sessionSetup.createMachine({
           },
         },
         paused: {
-          description: 'A user paused the agent; a command already running finishes. Resuming continues the task.',
+          description:
+            'A user paused the agent (after the step answered or the command finished). Resuming runs a command the agent chose meanwhile, or takes a new step.',
           tags: ['paused'],
           entry: 'endStep',
           on: {
             'user.message': { actions: 'markUnread' },
             'user.change_state': [
-              { guard: and([wants('running'), 'hasPendingCommand']), target: 'running.executing' },
+              {
+                guard: and([wants('running'), 'hasPendingCommand']),
+                target: 'running.executing',
+                actions: 'startHeldCommand',
+              },
               ...withinLimits('wantsToRun', []),
               stops,
             ],
@@ -287,6 +310,7 @@ export const sessionMachine = sessionSetup.createMachine({
               ...withinLimits('deadlinePassed', ['clearDeadline']),
             ],
             'user.change_state': [{ guard: wants('paused'), target: 'paused', actions: 'clearDeadline' }, stops],
+            'user.interrupt': { target: 'awaiting_user_input', actions: ['cutStep', 'clearDeadline'] },
             'command.finished': recordsLateOutput,
             'session.passivate': passivates('rate_limited'),
           },

@@ -1,4 +1,4 @@
-import { and, assign, or, setup } from 'xstate';
+import { and, assign, not, or, setup } from 'xstate';
 import type { AgentState } from '../protocol/index.ts';
 import { isComingUp, LEGACY_MAX_ATTEMPTS, type SessionContext, type SessionInput } from './sessionContext.ts';
 import type { SessionEvent } from './sessionEvents.ts';
@@ -86,6 +86,7 @@ export const sessionSetup = setup({
         iterations: continuing ? context.iterations : context.iterations + 1,
         unreadMessage: false,
         stepCause,
+        cutStep: null,
         attempt: continuing ? context.attempt : 1,
         attemptsCounted: continuing ? context.attemptsCounted : 1,
         error: null,
@@ -97,6 +98,15 @@ export const sessionSetup = setup({
         : {},
     ),
     endStep: assign({ stepCause: null }),
+    // An interrupt or a stop cuts the step: its partial message, if the decision stores one, answers it.
+    cutStep: assign(({ context }) => ({ cutStep: context.stepCause, stepCause: null, pausing: false })),
+    forgetCutStep: assign({ cutStep: null }),
+    requestPause: assign({ pausing: true }),
+    cancelPause: assign({ pausing: false }),
+    // A pause asked while the agent worked outlives a passivation (it comes back running, still pausing).
+    clearPausing: assign({
+      pausing: ({ context, event }) => (event.type === 'session.passivate' ? context.pausing : false),
+    }),
     queueUserCommand: assign({
       pendingCommand: ({ event }) =>
         event.type === 'user.run' ? { eventId: event.eventId, source: 'user' as const, command: event.command } : null,
@@ -110,11 +120,24 @@ export const sessionSetup = setup({
       stepCause: null,
     }),
     clearCommand: assign({ pendingCommand: null }),
+    holdCommand: assign({
+      pendingCommand: ({ context }) => context.pendingCommand && { ...context.pendingCommand, held: true as const },
+    }),
+    startHeldCommand: assign({
+      pendingCommand: ({ context }) => {
+        if (!context.pendingCommand?.held) return context.pendingCommand;
+        const { held: _held, ...started } = context.pendingCommand;
+        return started;
+      },
+    }),
     // Takes an event that changes nothing but is stored (xstate's `can()` counts a transition with an action).
     recordOlderOutput: assign({}),
     // Back after a crash: a command that was out died with the old process.
     interruptCommand: assign({
-      pendingCommand: ({ context }) => context.pendingCommand && { ...context.pendingCommand, interrupted: true },
+      pendingCommand: ({ context }) =>
+        context.pendingCommand && !context.pendingCommand.held
+          ? { ...context.pendingCommand, interrupted: true as const }
+          : context.pendingCommand,
     }),
     recordFailure: assign({
       error: ({ event }) => reasonOf(event, 'unknown error'),
@@ -158,6 +181,16 @@ export const sessionSetup = setup({
   },
   guards: {
     hasUnreadMessage: ({ context }) => context.unreadMessage,
+    /** A pause was asked while the agent worked: the step's answer, or the command's output, pauses it. */
+    pausing: ({ context }) => context.pausing === true,
+    /** The log was written before version 8, whose pause took effect at once (the step or command left running). */
+    writtenBeforeVersion8: ({ context }) => context.machineVersion < 8,
+    /** The partial message of the step an interrupt or a stop just cut. */
+    answersCutStep: ({ context, event }) =>
+      event.type === 'agent.message' &&
+      event.interrupted === true &&
+      context.cutStep !== null &&
+      event.cause === context.cutStep,
     hasMoreToDo: or(['hasUnreadMessage', ({ event }) => event.type === 'agent.message' && event.goesOn === true]),
     /** Iterations and budget left: the one limit check every new agent step passes. */
     hasLimitsLeft: ({ context }) =>
@@ -175,7 +208,8 @@ export const sessionSetup = setup({
     /** The step outlived a rate-limit wait (recorded attempts): it goes on as its next attempt. */
     keepsStep: ({ context }) => context.stepCause !== null,
     hasPendingCommand: ({ context }) => context.pendingCommand !== null,
-    hasNoPendingCommand: ({ context }) => context.pendingCommand === null,
+    /** No command is out (one held for a resume never started). */
+    hasNoCommandOut: ({ context }) => context.pendingCommand === null || context.pendingCommand.held === true,
     hasLostRuntime: ({ context }) => context.runtimeLost !== null,
     /** No runtime is being brought up already (a second reconnect would replace it at once). */
     runtimeNotComingUp: ({ context }) => !isComingUp(context.runtime),
@@ -210,4 +244,4 @@ export const sessionSetup = setup({
 
 export const wants = (state: AgentState) => ({ type: 'wants', params: { state } }) as const;
 export const resumesIn = (state: AgentState) => ({ type: 'resumesIn', params: { state } }) as const;
-export { and };
+export { and, not };

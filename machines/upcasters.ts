@@ -46,6 +46,16 @@ export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
       '`deltas` and `thought`, which change no transition.',
     upcast: (event) => event,
   },
+  7: {
+    reinterprets:
+      'one rule, through a guard: under version 8 a pause asked while the agent works waits for the step to ' +
+      "answer or the command to finish (`context.pausing`); a version 7 log keeps version 7's rule (paused at " +
+      'once, the late answer refused, the late output recorded) through the guard `writtenBeforeVersion8` on ' +
+      '`context.machineVersion`, until its `machine_upgraded`. Version 8 adds the user event `interrupt`, the ' +
+      'agent message field `interrupted`, the output field `cancelled`, `conversation_created.double_texting` ' +
+      '(absent: enqueue) and takes `agent_usage` in any active state; no version 7 log holds any of them.',
+    upcast: (event) => event,
+  },
 };
 
 /**

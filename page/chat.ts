@@ -1,17 +1,24 @@
-import type { LoggedEvent, StoredEvent } from '../protocol/index.ts';
+import type { EventOf, LoggedEvent, StoredEvent } from '../protocol/index.ts';
 import { h } from './dom.ts';
 
 /** One stored event as a line of the chat: messages as bubbles, commands and their output, the rest as status lines. */
 export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
   const base = { 'data-seq': seq, 'data-type': event.type, 'data-source': event.source };
   switch (event.type) {
-    case 'message':
+    case 'message': {
+      // An answer the user cut: what had streamed by then, marked as such.
+      const cut = event.data.interrupted === true;
       return h(
         'div',
-        { ...base, class: `msg ${event.source}` },
-        h('span', { class: 'who' }, event.source),
+        {
+          ...base,
+          class: `msg ${event.source}${cut ? ' interrupted' : ''}`,
+          title: cut ? 'The user interrupted this step: its text as streamed by then.' : null,
+        },
+        h('span', { class: 'who' }, cut ? `${event.source} · interrupted` : event.source),
         event.data.content,
       );
+    }
     case 'command':
       return h(
         'div',
@@ -23,8 +30,8 @@ export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
     case 'command_output':
       return h(
         'div',
-        { ...base, class: 'output' },
-        h('div', { class: 'exit' }, event.data.exit_code === null ? 'did not finish' : `exit ${event.data.exit_code}`),
+        { ...base, class: event.data.cancelled ? 'output cancelled' : 'output' },
+        h('div', { class: 'exit' }, exitLine(event.data)),
         h('pre', {}, event.data.output),
       );
     case 'finish':
@@ -40,6 +47,12 @@ export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
   }
 }
 
+/** How a command ended, in a few words. */
+function exitLine({ exit_code, cancelled }: EventOf<'command_output'>['data']): string {
+  if (cancelled) return `cancelled by the user (${cancelled === 'interrupt' ? 'interrupted' : 'stopped'})`;
+  return exit_code === null ? 'did not finish' : `exit ${exit_code}`;
+}
+
 /** The text the agent streamed with a tool call, kept with the call once stored. */
 function thought(text: string | undefined): HTMLElement | null {
   return text ? h('div', { class: 'thought' }, text) : null;
@@ -48,8 +61,14 @@ function thought(text: string | undefined): HTMLElement | null {
 /** An event that is not a message or a command, in a few words. */
 export function describe(event: StoredEvent): string {
   switch (event.type) {
-    case 'conversation_created':
-      return `conversation created${event.data.confirmation_mode ? ' (confirmation mode)' : ''}`;
+    case 'conversation_created': {
+      const { confirmation_mode, double_texting } = event.data;
+      const notes = [
+        confirmation_mode && 'confirmation mode',
+        double_texting && double_texting !== 'enqueue' && `messages while the agent works: ${double_texting}`,
+      ].filter(Boolean);
+      return `conversation created${notes.length ? ` (${notes.join(', ')})` : ''}`;
+    }
     case 'agent_state_changed':
       return `agent ${event.data.state}${event.data.reason ? `: ${event.data.reason}` : ''}`;
     case 'runtime_status':
@@ -58,6 +77,8 @@ export function describe(event: StoredEvent): string {
       return `user asked for ${event.data.state}`;
     case 'reconnect_runtime':
       return 'user asked for a new runtime';
+    case 'interrupt':
+      return 'user interrupted the agent';
     case 'agent_error':
       return `agent error ${event.data.code}: ${event.data.message}`;
     case 'agent_attempt': {

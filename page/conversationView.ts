@@ -1,6 +1,14 @@
-import { agentStateOf, foldEvents, stateAt, statePaths, type SessionSnapshot } from '../machines/index.ts';
+import {
+  agentStateOf,
+  BUSY_AGENT_STATES,
+  foldEvents,
+  stateAt,
+  statePaths,
+  type SessionSnapshot,
+} from '../machines/index.ts';
 import type { LoggedEvent, UserAction } from '../protocol/index.ts';
 import { api, ApiError } from './api.ts';
+import { BusyNotice } from './busyNotice.ts';
 import { chatItem, describe } from './chat.ts';
 import { Diagram } from './diagram.ts';
 import { fill, h } from './dom.ts';
@@ -35,6 +43,7 @@ export function openConversation(root: HTMLElement, id: string): void {
     rows: 2,
     placeholder: 'A message (start with ! to run a command)',
   });
+  const busy = new BusyNotice(input);
 
   const socket = liveSocket(id, {
     event: (logged) => arrived(logged),
@@ -43,7 +52,7 @@ export function openConversation(root: HTMLElement, id: string): void {
       if (live && agentStateOf(live) === 'running') reply.delta(frame);
     },
     status: (message) => chat.insertBefore(h('div', { class: 'line status' }, message), reply.anchor),
-    error: (code, message) => showError(`${code}: ${message}`),
+    error: (code, message) => (code === 'AGENT_BUSY' ? busy.refused(message) : showError(`${code}: ${message}`)),
     connected: (up) => {
       connection.textContent = up ? 'live' : 'reconnecting';
       connection.dataset.up = String(up);
@@ -54,6 +63,7 @@ export function openConversation(root: HTMLElement, id: string): void {
   const send = (kind: 'message' | 'run') => {
     const text = input.value.trim();
     if (!text) return;
+    if (kind === 'message') busy.sent(text);
     act(kind === 'run' ? { type: 'run', command: text } : { type: 'message', content: text });
     input.value = '';
   };
@@ -65,6 +75,9 @@ export function openConversation(root: HTMLElement, id: string): void {
   });
   const button = (label: string, onclick: () => void, testid: string) =>
     h('button', { type: 'button', 'data-testid': testid, onclick }, label);
+  // Enabled only while the agent works (running, rate limited): the one moment an interrupt means something.
+  const interrupt = button('Interrupt', () => act({ type: 'interrupt' }), 'interrupt');
+  interrupt.disabled = true;
 
   fill(
     root,
@@ -96,9 +109,11 @@ export function openConversation(root: HTMLElement, id: string): void {
             button('Send', () => send('message'), 'send'),
             button('Run', () => send('run'), 'run'),
           ),
+          busy.element,
           h(
             'div',
             { class: 'controls' },
+            interrupt,
             button('Pause', () => act({ type: 'change_agent_state', state: 'paused' }), 'pause'),
             button('Resume', () => act({ type: 'change_agent_state', state: 'running' }), 'resume'),
             button('Stop', () => act({ type: 'change_agent_state', state: 'stopped' }), 'stop'),
@@ -133,7 +148,13 @@ export function openConversation(root: HTMLElement, id: string): void {
     }
     // The stored answer takes the place of its streamed text; a reply not stored when the agent stops is given up.
     reply.stored(logged.event);
-    if (wasRunning && live && agentStateOf(live) !== 'running') reply.stopped();
+    busy.stored(logged.event);
+    if (live) {
+      const state = agentStateOf(live);
+      if (wasRunning && state !== 'running') reply.stopped();
+      interrupt.disabled = !BUSY_AGENT_STATES.has(state);
+      busy.agentState(state);
+    }
     chat.insertBefore(chatItem(logged), reply.anchor);
     chat.scrollTop = chat.scrollHeight;
     timeline.append(

@@ -1,6 +1,10 @@
+import type { DoubleTexting } from '../protocol/index.ts';
 import { api, ApiError, currentToken, listConversations, setToken } from './api.ts';
 import { openConversation } from './conversationView.ts';
 import { fill, h } from './dom.ts';
+
+/** The choices of `double_texting`, the default first. */
+const DOUBLE_TEXTING: readonly DoubleTexting[] = ['enqueue', 'interrupt', 'reject'];
 
 const app = document.getElementById('app')!;
 const tokenField = document.getElementById('token') as HTMLInputElement;
@@ -20,9 +24,19 @@ else void showList();
 /** The user's conversations, newest first, and a button to start one. */
 async function showList(): Promise<void> {
   const confirmation = h('input', { type: 'checkbox', 'data-testid': 'confirmation-mode' });
+  // What a message does while the agent works: `double_texting`, enqueue when not given.
+  const doubleTexting = h(
+    'select',
+    { 'data-testid': 'double-texting' },
+    ...DOUBLE_TEXTING.map((mode) => h('option', { value: mode }, mode)),
+  );
   const start = h('button', { type: 'button', 'data-testid': 'new-conversation' }, 'New conversation');
   start.addEventListener('click', () => {
-    void api<{ conversation_id: string }>('POST', '/api/conversations', { confirmation_mode: confirmation.checked })
+    const mode = doubleTexting.value as DoubleTexting;
+    void api<{ conversation_id: string }>('POST', '/api/conversations', {
+      confirmation_mode: confirmation.checked,
+      ...(mode !== 'enqueue' && { double_texting: mode }),
+    })
       .then(({ conversation_id }) => location.assign(`/?conversation=${conversation_id}`))
       .catch((err: unknown) => fill(message, errorText(err)));
   });
@@ -34,7 +48,13 @@ async function showList(): Promise<void> {
       'div',
       { class: 'home' },
       h('h2', {}, 'Conversations'),
-      h('div', { class: 'new' }, start, h('label', {}, confirmation, ' confirmation mode')),
+      h(
+        'div',
+        { class: 'new' },
+        start,
+        h('label', {}, confirmation, ' confirmation mode'),
+        h('label', {}, 'messages while the agent works ', doubleTexting),
+      ),
       message,
       list,
     ),

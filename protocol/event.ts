@@ -17,6 +17,10 @@ const envelope = {
   cause: z.number().int().min(0).optional().describe('id of the event that caused this one.'),
 };
 
+/** What a user message does while the agent works (`conversation_created.double_texting`). */
+export const DoubleTexting = z.enum(['enqueue', 'interrupt', 'reject']);
+export type DoubleTexting = z.infer<typeof DoubleTexting>;
+
 export const ConversationCreatedData = z.object({
   user: z.string(),
   initial_message: z.string().optional(),
@@ -39,6 +43,9 @@ export const ConversationCreatedData = z.object({
     .describe(
       'Attempts one agent step may take (a rate limit, a server error, a cut stream, its owner lost) before the agent gives up in error (absent: the bounds before it was recorded: 4 tries of a failing server, 5 rate limits in a row, a retried step counted as one more iteration).',
     ),
+  double_texting: DoubleTexting.optional().describe(
+    'What a user message does while the agent works (`running`, `rate_limited`): `enqueue` (stored, read at the next step), `interrupt` (the agent is interrupted first), `reject` (refused with AGENT_BUSY, nothing stored). Absent: enqueue.',
+  ),
   instructions: z.string().optional(),
   secret_names: z.array(z.string()).describe('Names only; values never reach the log.'),
   replay: z.boolean(),
@@ -108,6 +115,12 @@ export const CommandOutputData = z.object({
   output: z.string(),
   timed_out: z.boolean(),
   truncated: z.boolean(),
+  cancelled: z
+    .enum(['interrupt', 'stop'])
+    .optional()
+    .describe(
+      'The user cancelled the command while it ran (an `interrupt`, or a stop): its process group was sent SIGINT, then SIGKILL. (A command that was out when its server died is reported in `output` as `interrupted: ...`, without this field.)',
+    ),
 });
 
 /** One stored event. The same bytes are on NATS, in REST answers and in ws `event` frames. */
@@ -120,6 +133,12 @@ export const StoredEvent = z
       data: z.object({
         content: z.string(),
         ...streamed,
+        interrupted: z
+          .literal(true)
+          .optional()
+          .describe(
+            "Only on an agent's message: the user interrupted the step, and `content` is what its attempt had streamed by then.",
+          ),
         wait_for_response: z
           .literal(false)
           .optional()
@@ -144,6 +163,15 @@ export const StoredEvent = z
       ...envelope,
       type: z.literal('change_agent_state'),
       data: z.object({ state: AgentState }).describe('A user asked for this agent state.'),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('interrupt'),
+      data: z
+        .object({})
+        .describe(
+          'A user interrupted the agent while it worked: the step and any running command are cancelled, and the agent awaits the user.',
+        ),
     }),
     z.object({
       ...envelope,

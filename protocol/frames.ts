@@ -11,6 +11,7 @@ export const UserAction = z.discriminatedUnion('type', [
   z.object({ type: z.literal('change_agent_state'), state: AgentState }),
   z.object({ type: z.literal('run'), command: z.string().min(1).max(MAX_COMMAND_CHARS) }),
   z.object({ type: z.literal('reconnect_runtime') }),
+  z.object({ type: z.literal('interrupt') }),
 ]);
 export type UserAction = z.infer<typeof UserAction>;
 

@@ -9,6 +9,7 @@ export {
   CommandOutputData,
   PassivationReason,
   AttemptReason,
+  DoubleTexting,
   type StoredEventType,
   type EventOf,
   type NewEvent,

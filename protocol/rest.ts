@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AgentState, RuntimeStatus } from './agentState.ts';
-import { LoggedEvent, StoredEvent } from './event.ts';
+import { DoubleTexting, LoggedEvent, StoredEvent } from './event.ts';
 import { ClientId, ConversationId } from './ids.ts';
 import { MAX_MESSAGE_CHARS, UserAction } from './frames.ts';
 
@@ -22,6 +22,8 @@ export const CreateConversationBody = z
       )
       .default({}),
     instructions: z.string().max(MAX_MESSAGE_CHARS).optional(),
+    /** What a user message does while the agent works (default enqueue); stored in `conversation_created`, kept by a fork. */
+    double_texting: DoubleTexting.optional(),
     /** A recorded trajectory: what `GET /api/conversations/:id/events` answers, or just its `items`. */
     replay: z
       .union([z.array(LoggedEvent), z.object({ items: z.array(LoggedEvent) }).transform((page) => page.items)])

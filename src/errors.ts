@@ -27,6 +27,18 @@ export class IllegalTransitionError extends TetherError {
 }
 
 /**
+ * A message came while the agent works, in a conversation whose
+ * `double_texting` is `reject`: nothing was stored (409 over REST).
+ */
+export class AgentBusyError extends TetherError {
+  readonly state: AgentState;
+  constructor(reason: string, state: AgentState) {
+    super('AGENT_BUSY', reason);
+    this.state = state;
+  }
+}
+
+/**
  * The conversation's session on this node was released (it left memory,
  * another writer took over, its lease lapsed, the log failed): the action
  * was not applied here; asking again reaches the session that runs it now.

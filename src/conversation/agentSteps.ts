@@ -17,15 +17,13 @@ import type { EffectDeps, EffectHost } from './effectRunner.ts';
 export class AgentSteps {
   readonly #host: EffectHost;
   readonly #deps: EffectDeps;
-  readonly #signal: AbortSignal;
   /** Secret values, longest first, masked in the deltas as they stream. */
   readonly #secrets: readonly string[];
   #stream: DeltaStream | null = null;
 
-  constructor(host: EffectHost, deps: EffectDeps, signal: AbortSignal) {
+  constructor(host: EffectHost, deps: EffectDeps) {
     this.#host = host;
     this.#deps = deps;
-    this.#signal = signal;
     this.#secrets = [...new Set(Object.values(deps.secrets))]
       .filter((v) => v.length > 0)
       .sort((a, b) => b.length - a.length);
@@ -36,29 +34,38 @@ export class AgentSteps {
     return this.#stream?.frames ?? null;
   }
 
+  /** Closes the current attempt's stream unless it is attempt `attempt` of step `cause` (the one the state waits for). */
+  closeUnless(cause: number | null, attempt: number): void {
+    const stream = this.#stream;
+    if (stream && (stream.itemId !== String(cause) || stream.attempt !== attempt)) stream.close();
+  }
+
   /**
    * Attempt `attempt` of the agent step answering event `cause`; its deltas go
    * to every node as they come (the lease checked first), its answer (or its
    * failure) to the decider. A failing server or a cut stream is tried again
-   * as the next attempt, after a wait that doubles each attempt.
+   * as the next attempt, after a wait that doubles each attempt. `signal`
+   * aborts the step (the LLM request is cancelled) once the state no longer
+   * asks for it; what its call used is still stored when the agent reported it.
    */
-  async ask(cause: number, attempt: number): Promise<string> {
+  async ask(cause: number, attempt: number, signal: AbortSignal): Promise<string> {
     const stream = (this.#stream = new DeltaStream(String(cause), attempt, this.#secrets, (frame) =>
       this.#publishDelta(frame),
     ));
     let action: AgentAction;
     try {
       const context = await this.#host.agentContext();
-      action = await context.step({ signal: this.#signal, onDelta: (text) => stream.push(text) });
+      action = await context.step({ signal, onDelta: (text) => stream.push(text) });
       stream.end();
     } catch (err) {
-      if (this.#signal.aborted) return 'aborted';
-      if (err instanceof LlmServerError) return this.#retry(err, cause, attempt);
+      if (signal.aborted) return 'aborted';
+      if (err instanceof LlmServerError) return this.#retry(err, cause, attempt, signal);
       await this.#host.decide(this.#failure(err, cause));
       return 'agent_error';
     }
-    if (this.#signal.aborted) return 'aborted';
+    // Stored in any active state: an answer that came as the step was cut still cost what it cost.
     if (action.usage) await this.#host.decide({ type: 'agent_used', usage: action.usage });
+    if (signal.aborted) return 'aborted';
     const answer = answerOf(action);
     await this.#host.decide({ type: 'agent_answered', cause, answer, attempt, deltas: stream.count });
     return answer.type === 'run' ? 'command' : answer.type;
@@ -71,9 +78,9 @@ export class AgentSteps {
   }
 
   /** The step's next attempt, once the wait is over (the decider stores it, or the error past the bound). */
-  async #retry(err: LlmServerError, cause: number, attempt: number): Promise<string> {
+  async #retry(err: LlmServerError, cause: number, attempt: number, signal: AbortSignal): Promise<string> {
     try {
-      await delay((this.#deps.retryBaseMs ?? 500) * 2 ** (attempt - 1), undefined, { signal: this.#signal });
+      await delay((this.#deps.retryBaseMs ?? 500) * 2 ** (attempt - 1), undefined, { signal });
     } catch {
       return 'aborted';
     }

@@ -1,3 +1,4 @@
+import type { Streamed } from '../../machines/index.ts';
 import type { DeltaFrame } from '../../protocol/index.ts';
 import { SECRET_MASK } from './secretMasker.ts';
 
@@ -18,6 +19,8 @@ export class DeltaStream {
   readonly #secrets: readonly string[];
   readonly #send: (frame: DeltaFrame) => void;
   #held = '';
+  /** Cut: the state no longer waits for this attempt, so nothing more of it goes out. */
+  #closed = false;
 
   constructor(itemId: string, attempt: number, secrets: readonly string[], send: (frame: DeltaFrame) => void) {
     this.itemId = itemId;
@@ -45,6 +48,15 @@ export class DeltaStream {
     this.#emit(masked.slice(0, masked.length - keep));
   }
 
+  /**
+   * The attempt was cut (an interrupt, a stop): what it streams from now on
+   * is dropped, so what clients saw is exactly what the cut stored.
+   */
+  close(): void {
+    this.#closed = true;
+    this.#held = '';
+  }
+
   /** The reply is complete: whatever was held back goes out. */
   end(): void {
     const rest = this.#held;
@@ -53,7 +65,7 @@ export class DeltaStream {
   }
 
   #emit(text: string): void {
-    if (text === '') return;
+    if (text === '' || this.#closed) return;
     const frame: DeltaFrame = {
       type: 'delta',
       item_id: this.itemId,
@@ -85,4 +97,16 @@ function secretPrefixAtEnd(text: string, secrets: readonly string[]): number {
     }
   }
   return longest;
+}
+
+/** An attempt's frames (from index 0) as the decider takes what was streamed: joined, with their count. */
+export function streamedOf(frames: readonly DeltaFrame[]): Streamed | undefined {
+  const first = frames[0];
+  if (!first) return undefined;
+  return {
+    itemId: first.item_id,
+    attempt: first.attempt,
+    text: frames.map((f) => f.text).join(''),
+    deltas: frames.length,
+  };
 }

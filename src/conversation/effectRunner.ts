@@ -67,7 +67,7 @@ export class EffectRunner {
   constructor(host: EffectHost, deps: EffectDeps) {
     this.#host = host;
     this.#deps = deps;
-    this.#agent = new AgentSteps(host, deps, this.#abort.signal);
+    this.#agent = new AgentSteps(host, deps);
   }
 
   /** The current agent step attempt's deltas from index 0 (any node asks for them to catch a client up), or null. */
@@ -75,10 +75,19 @@ export class EffectRunner {
     return this.#agent.currentDeltas();
   }
 
-  /** Runs one effect to its end; never rejects (a refused or failed result is logged). */
-  run(effect: Exclude<Effect, { type: 'wake_at' }>): Promise<void> {
+  /** Stops the deltas of an attempt that the state no longer waits for (see `AgentSteps.closeUnless`). */
+  closeDeltasUnless(cause: number | null, attempt: number): void {
+    this.#agent.closeUnless(cause, attempt);
+  }
+
+  /**
+   * Runs one effect to its end, or until `cut` aborts it (the state no longer
+   * asks for it) or the session stops; never rejects (a refused or failed result is logged).
+   */
+  run(effect: Exclude<Effect, { type: 'wake_at' }>, cut?: AbortSignal): Promise<void> {
+    const signal = cut ? AbortSignal.any([this.#abort.signal, cut]) : this.#abort.signal;
     return Promise.resolve()
-      .then(() => this.#dispatch(effect))
+      .then(() => this.#dispatch(effect, signal))
       .then(
         () => undefined,
         (err: unknown) => this.#dropped(err),
@@ -93,7 +102,7 @@ export class EffectRunner {
     if (runtime) await this.#timed('runtime stop', why, () => runtime.process.stop());
   }
 
-  #dispatch(effect: Exclude<Effect, { type: 'wake_at' }>): Promise<unknown> {
+  #dispatch(effect: Exclude<Effect, { type: 'wake_at' }>, signal: AbortSignal): Promise<unknown> {
     const { cause } = effect;
     // Fenced: a node whose lease may have lapsed starts nothing (another node may own the conversation now).
     if (this.#deps.leaseValid?.() === false)
@@ -102,9 +111,9 @@ export class EffectRunner {
       case 'start_runtime':
         return this.#ensureRuntime(cause);
       case 'ask_agent':
-        return this.#timed('agent step', cause, () => this.#agent.ask(cause, effect.attempt));
+        return this.#timed('agent step', cause, () => this.#agent.ask(cause, effect.attempt, signal));
       case 'run_command':
-        return this.#timed('command', cause, () => this.#runCommand(cause, effect.command));
+        return this.#timed('command', cause, () => this.#runCommand(cause, effect.command, signal));
       case 'fail_command':
         return this.#host.decide({ type: 'command_unavailable', cause, command: effect.command, why: effect.why });
       case 'interrupt_command':
@@ -244,8 +253,13 @@ export class EffectRunner {
     return this.#death;
   }
 
-  /** Runs command `cause` in the runtime the session wants; its output goes to the decider. */
-  async #runCommand(cause: number, command: string): Promise<string> {
+  /**
+   * Runs command `cause` in the runtime the session wants; its output goes to
+   * the decider. `signal` interrupts it (SIGINT to its process group, SIGKILL
+   * after the runtime's grace period): its output is then not stored (the
+   * decision that cut it stored the command's result).
+   */
+  async #runCommand(cause: number, command: string, signal: AbortSignal): Promise<string> {
     // A runtime that died is not replaced behind the user's back: its death is
     // stored first (it may be on its way), then the log says whether it is lost.
     await this.#death;
@@ -255,18 +269,18 @@ export class EffectRunner {
       return 'runtime unavailable';
     }
     const runtime = await this.#ensureRuntime(this.#host.runtimeCause());
-    if (this.#abort.signal.aborted) return 'aborted';
+    if (signal.aborted) return 'aborted';
     if (!runtime) {
       await this.#host.decide({ type: 'command_unavailable', cause, command, why: 'it could not be started' });
       return 'no runtime';
     }
     try {
-      const result = await runtime.run(command, { timeoutMs: this.#deps.commandTimeoutMs, signal: this.#abort.signal });
-      if (this.#abort.signal.aborted) return 'aborted';
+      const result = await runtime.run(command, { timeoutMs: this.#deps.commandTimeoutMs, signal });
+      if (signal.aborted) return 'aborted';
       await this.#host.decide({ type: 'command_finished', cause, command, result });
       return result.timed_out ? 'timed out' : `exit code ${result.exit_code}`;
     } catch (err) {
-      if (this.#abort.signal.aborted) return 'aborted';
+      if (signal.aborted) return 'aborted';
       // The death is stored first, so the machine has left the agent loop before it sees this output.
       if (!runtime.alive) await this.#runtimeDied(runtime, null, null);
       const why = runtime.alive ? String(errorFields(err).error) : 'the runtime exited';

@@ -5,15 +5,23 @@ import {
   type Deadline,
   type DecisionInput,
   type SessionSnapshot,
+  type Streamed,
 } from '../../machines/index.ts';
-import type { AgentState, DeltaFrame, PassivationReason, StoredEvent, UserAction } from '../../protocol/index.ts';
+import type { AgentState, DeltaFrame, PassivationReason, UserAction } from '../../protocol/index.ts';
 import type { AgentContext } from '../agent/index.ts';
 import type { AppendResult, CheckpointStore, SnapshotStore } from '../store/index.ts';
 import type { EffectDeps } from './effectRunner.ts';
-import { ConversationNotFoundError, IllegalTransitionError, SessionUnavailableError } from '../errors.ts';
+import {
+  AgentBusyError,
+  ConversationNotFoundError,
+  IllegalTransitionError,
+  SessionUnavailableError,
+} from '../errors.ts';
 import { secretMasker, type Masker } from './secretMasker.ts';
+import { streamedOf } from './deltaStream.ts';
 import { SessionEffects } from './sessionEffects.ts';
 import type { SessionIndexHook } from './sessionIndex.ts';
+import type { StoredState } from './storedState.ts';
 import { SessionLog } from './sessionLog.ts';
 
 export interface SessionDeps extends EffectDeps {
@@ -31,16 +39,6 @@ export interface SessionDeps extends EffectDeps {
   onReleased?: (session: Session, reason: string) => void;
   /** The conversation index, told before each decision is appended and after it took effect. */
   index?: SessionIndexHook;
-}
-
-/** A conversation's state as its log (and snapshot) give it: what a session is rehydrated from. `history` is null when it came from a snapshot (the agent's context is then built from the log on demand). */
-export interface StoredState {
-  snapshot: SessionSnapshot;
-  lastSeq: number;
-  nextEventId: number;
-  history: StoredEvent[] | null;
-  /** The last `agent_state_changed` among the events read, if any. */
-  recordedState: AgentState | undefined;
 }
 
 /**
@@ -166,9 +164,22 @@ export class Session {
     return this.#log.agentContext((work) => this.#mailboxed(work));
   }
 
-  /** A user's action. A retry with the same `clientId` is stored once. */
+  /**
+   * A user's action. A retry with the same `clientId` is stored once. One that
+   * may cut the agent's step (an interrupt, a stop, a message) carries what the
+   * step's attempt streamed so far, read in the same job as the decision.
+   */
   act(action: UserAction, clientId?: string): Promise<AppendResult> {
-    return this.#mailboxed(() => this.#decideAndApply({ type: 'user_action', action }, clientId));
+    return this.#mailboxed(() => {
+      const streamed = action.type === 'run' || action.type === 'reconnect_runtime' ? undefined : this.#streamed();
+      return this.#decideAndApply({ type: 'user_action', action, ...(streamed && { streamed }) }, clientId);
+    });
+  }
+
+  /** What the current step's attempt has streamed (masked as its deltas are), or undefined. */
+  #streamed(): Streamed | undefined {
+    const deltas = this.currentDeltas();
+    return deltas ? streamedOf(deltas) : undefined;
   }
 
   /**
@@ -243,8 +254,11 @@ export class Session {
       if (this.#log.isDebug) this.#log.debug('refused', { input: inputName(input), ...decision });
       // Ended for good: it is being deleted.
       if (decision.code === 'ENDED') throw new ConversationNotFoundError(this.conversationId);
+      if (decision.code === 'AGENT_BUSY') throw new AgentBusyError(decision.reason, decision.state);
       throw new IllegalTransitionError(decision.reason, decision.state);
     }
+    // Synchronously after the decision read what was streamed: a cut attempt sends nothing more.
+    this.#effects.decided(decision.snapshot);
     if (this.#log.isDebug)
       this.#log.debug('decided', {
         input: inputName(input),

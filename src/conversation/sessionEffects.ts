@@ -1,18 +1,31 @@
-import { effectKey, effectsOf, type Deadline, type SessionSnapshot } from '../../machines/index.ts';
+import { effectKey, effectsOf, type Deadline, type Effect, type SessionSnapshot } from '../../machines/index.ts';
 import type { DeltaFrame } from '../../protocol/index.ts';
 import { DeadlineTimer } from './deadlineTimer.ts';
 import { EffectRunner, type EffectDeps, type EffectHost } from './effectRunner.ts';
 
+/** Why an effect was aborted: the session's state no longer asks for it. */
+export class EffectCutError extends Error {
+  constructor(key: string) {
+    super(`${key} is no longer asked for by the state`);
+    this.name = 'AbortError';
+  }
+}
+
+/** The effects a state stops asking for are cut: an agent step (its LLM request) and a command (its process group). */
+const CUT_WHEN_NOT_ASKED: ReadonlySet<Effect['type']> = new Set(['ask_agent', 'run_command']);
+
 /**
  * Turns what a session's state asks for into running effects, in one place,
  * the same way after a live step and after a fold: each (effect, cause) starts
- * once and runs to its end; the state's deadline is armed as one timer.
+ * once and runs to its end, unless it is an agent step or a command that the
+ * state no longer asks for (an interrupt, a stop, an error): that one is
+ * aborted. The state's deadline is armed as one timer.
  */
 export class SessionEffects {
   readonly #runner: EffectRunner;
   readonly #deadline: DeadlineTimer;
-  /** Effects started and not finished, by `effectKey`. */
-  readonly #running = new Set<string>();
+  /** Effects started and not finished, by `effectKey`, with what aborts each. */
+  readonly #running = new Map<string, { type: Effect['type']; abort: AbortController }>();
 
   constructor(host: EffectHost, deps: EffectDeps, deadlinePassed: (deadline: Deadline) => void) {
     this.#runner = new EffectRunner(host, deps);
@@ -22,17 +35,34 @@ export class SessionEffects {
   /** Starts what `snapshot` asks for and is not running yet; arms its deadline (or none). */
   follow(snapshot: SessionSnapshot): void {
     let deadline: Deadline | null = null;
+    const asked = new Set<string>();
     for (const effect of effectsOf(snapshot)) {
       if (effect.type === 'wake_at') {
         deadline = effect.deadline;
         continue;
       }
       const key = effectKey(effect);
+      asked.add(key);
       if (this.#running.has(key)) continue;
-      this.#running.add(key);
-      void this.#runner.run(effect).finally(() => this.#running.delete(key));
+      const abort = new AbortController();
+      this.#running.set(key, { type: effect.type, abort });
+      void this.#runner.run(effect, abort.signal).finally(() => this.#running.delete(key));
+    }
+    for (const [key, { type, abort }] of this.#running) {
+      if (!asked.has(key) && CUT_WHEN_NOT_ASKED.has(type)) abort.abort(new EffectCutError(key));
     }
     this.#deadline.arm(deadline);
+  }
+
+  /**
+   * Called with a decided state before its events are appended: an attempt it
+   * no longer waits for (cut by an interrupt or a stop) streams nothing more,
+   * so no delta goes out past what the decision stored of it.
+   */
+  decided(snapshot: SessionSnapshot): void {
+    const thinking = snapshot.matches({ active: { running: 'thinking' } });
+    const { stepCause, attempt } = snapshot.context;
+    this.#runner.closeDeltasUnless(thinking ? stepCause : null, attempt);
   }
 
   /** The current agent step attempt's deltas from index 0, or null. */

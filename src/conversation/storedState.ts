@@ -1,7 +1,16 @@
 import { foldEvents, sessionMachine, SESSION_MACHINE_VERSION, type SessionSnapshot } from '../../machines/index.ts';
 import type { AgentState, LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import type { EventLog, SnapshotRecord, SnapshotStore } from '../store/index.ts';
-import type { StoredState } from './session.ts';
+
+/** A conversation's state as its log (and snapshot) give it: what a session is rehydrated from. `history` is null when it came from a snapshot (the agent's context is then built from the log on demand). */
+export interface StoredState {
+  snapshot: SessionSnapshot;
+  lastSeq: number;
+  nextEventId: number;
+  history: StoredEvent[] | null;
+  /** The last `agent_state_changed` among the events read, if any. */
+  recordedState: AgentState | undefined;
+}
 
 export interface StoredRead {
   state: StoredState;

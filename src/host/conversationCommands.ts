@@ -95,6 +95,7 @@ export class HostCommands implements ConversationCommands {
       start_timeout_ms: limits.startTimeoutMs,
       max_rate_limit_retries: limits.rateLimitRetries,
       max_attempts: limits.maxAttempts,
+      double_texting: body.double_texting ?? 'enqueue',
     };
     const first = { type: 'create' as const, conversationId, data: created };
     const session = await Session.open(conversationId, factory.depsFor(conversationId), undefined, first).finally(() =>

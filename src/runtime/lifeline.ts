@@ -4,7 +4,7 @@ import type { Socket } from 'node:net';
  * The shell script that ties a runtime's shell to the server through fd 3.
  *
  * A command must not outlive the server that would report it as interrupted.
- * A background watcher waits for EOF on fd 3 (the server's end closes when the
+ * A background watcher (a bash of its own, `$0` = tether-lifeline) waits for EOF on fd 3 (the server's end closes when the
  * server dies, however it dies) and then kills the shell's whole process group.
  * The shell itself closes fd 3 so the commands it runs never hold it.
  *
@@ -19,8 +19,12 @@ export function lifeline(heartbeatTimeoutMs?: number): string {
     heartbeatTimeoutMs === undefined
       ? 'read -r -u 3 _'
       : `while read -r -t ${(heartbeatTimeoutMs / 1000).toFixed(3)} -u 3 _; do :; done`;
-  return `{ ${wait}; kill -KILL 0; } </dev/null >/dev/null 2>&1 &\nexec 3<&-\n`;
+  // Its own bash, named in its argv, so that reaping what an interrupted command left behind spares it.
+  return `"$BASH" --noprofile --norc -c '${wait}; kill -KILL 0' ${LIFELINE_NAME} </dev/null >/dev/null 2>&1 &\nexec 3<&-\n`;
 }
+
+/** The watcher's `$0`: how `groupStragglers` tells it from a command's processes. */
+export const LIFELINE_NAME = 'tether-lifeline';
 
 /**
  * Writes a heartbeat line to the fd 3 that `line()` gives (the current shell's)

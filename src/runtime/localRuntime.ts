@@ -5,7 +5,7 @@ import { RuntimeDeadError } from './errors.ts';
 import { heartbeat, lifeline } from './lifeline.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
 import type { CommandResult, RunOptions, Runtime, RuntimeExit } from './runtime.ts';
-import { exitOf, notRun, processState, signalGroup } from './shellProcess.ts';
+import { exitOf, notRun, processState, reapStragglers, signalGroup } from './shellProcess.ts';
 
 export interface LocalRuntimeConfig {
   workspace: string;
@@ -42,6 +42,10 @@ interface Running {
   timer?: NodeJS.Timeout;
   grace?: NodeJS.Timeout;
   interrupted?: 'timeout' | 'abort';
+  /** When the SIGINT went out (performance.now()). */
+  interruptedAt?: number;
+  /** Its end marker came (it may still wait for what it left behind to be killed). */
+  settled?: true;
 }
 
 /**
@@ -206,14 +210,15 @@ export class LocalRuntime implements Runtime {
     if (wasAlive) for (const listener of listeners) listener(exit);
   }
 
-  private enqueue(command: string, timeoutMs: number, signal?: AbortSignal): Promise<CommandResult> {
+  private enqueue(command: string, timeoutMs: number, signal?: AbortSignal, first = false): Promise<CommandResult> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) return resolve(notRun());
       const onAbort = () => this.abort(job);
       const detach = () => signal?.removeEventListener('abort', onAbort);
       const job: Job = { command, timeoutMs, resolve, reject, detach };
       signal?.addEventListener('abort', onAbort, { once: true });
-      this.queue.push(job);
+      if (first) this.queue.unshift(job);
+      else this.queue.push(job);
       this.pump();
     });
   }
@@ -232,7 +237,7 @@ export class LocalRuntime implements Runtime {
 
   private onOutput(chunk: Buffer): void {
     const run = this.current;
-    if (!run) return; // output of background jobs between commands
+    if (!run || run.settled) return; // output of background jobs between commands
     const code = run.capture.push(chunk);
     if (code !== undefined) this.settle(run, code);
   }
@@ -246,8 +251,9 @@ export class LocalRuntime implements Runtime {
   }
 
   private interrupt(run: Running, why: 'timeout' | 'abort'): void {
-    if (this.current !== run || run.interrupted) return;
+    if (this.current !== run || run.interrupted || run.settled) return;
     run.interrupted = why;
+    run.interruptedAt = performance.now();
     clearTimeout(run.timer);
     signalGroup(this.child, 'SIGINT');
     run.grace = setTimeout(() => this.replaceShell(run), this.config.interruptGraceMs);
@@ -259,22 +265,37 @@ export class LocalRuntime implements Runtime {
     this.child = undefined; // its exit is expected: no onExit
     signalGroup(stuck, 'SIGKILL');
     this.spawnShell();
-    this.settle(run, null, RESTART_NOTE);
+    this.settle(run, null, RESTART_NOTE, false);
   }
 
-  private settle(run: Running, code: number | null, note = ''): void {
+  private settle(run: Running, code: number | null, note = '', reap = true): void {
     clearTimeout(run.timer);
     clearTimeout(run.grace);
     run.job.detach();
-    this.current = undefined;
+    run.settled = true;
     const { output, truncated } = run.capture.finish();
-    run.job.resolve({
+    const result = {
       exit_code: run.interrupted ? null : code,
       output: output + note,
       timed_out: run.interrupted === 'timeout',
       truncated,
+    };
+    if (!run.interrupted || !reap || !this.child?.pid) {
+      this.current = undefined;
+      run.job.resolve(result);
+      return this.pump();
+    }
+    // An interrupted command is over only when nothing it started is left: what ignored
+    // the SIGINT (a background job) gets SIGKILL once the grace period is over.
+    const pgid = this.child.pid;
+    const until = (run.interruptedAt ?? performance.now()) + this.config.interruptGraceMs;
+    void reapStragglers(pgid, until, () => this.child?.pid === pgid).then(async (killed) => {
+      if (this.current === run) this.current = undefined;
+      // bash reports the jobs it lost ("Killed ...") before its next command: a no-op takes that report.
+      if (killed) await this.enqueue(':', START_TIMEOUT_MS, undefined, true).catch(() => undefined);
+      run.job.resolve(result);
+      this.pump();
     });
-    this.pump();
   }
 
   private failAll(error: RuntimeDeadError): void {

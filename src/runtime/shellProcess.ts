@@ -1,5 +1,6 @@
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { LIFELINE_NAME } from './lifeline.ts';
 import type { CommandResult } from './runtime.ts';
 
 // The process-level helpers of a local runtime's shell.
@@ -34,4 +35,59 @@ export function signalGroup(child: ChildProcessWithoutNullStreams | undefined, s
 export function exitOf(child: ChildProcessWithoutNullStreams): Promise<void> {
   if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+/**
+ * The live processes of process group `pgid` other than its leader (the
+ * shell) and the shell's lifeline watcher: what a command left behind, read
+ * from /proc. Zombies are left out (they are gone, waiting to be reaped).
+ */
+export function groupStragglers(pgid: number): number[] {
+  const found: number[] = [];
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return found;
+  }
+  for (const name of entries) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || pid === pgid) continue;
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      // After the command name (in parentheses): state, ppid, pgrp.
+      const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(pgrp) !== pgid || state === 'Z' || state === 'X') continue;
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(LIFELINE_NAME)) continue;
+      found.push(pid);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return found;
+}
+
+/** Signals each process; one already gone is skipped. */
+export function signalEach(pids: readonly number[], signal: NodeJS.Signals): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // ESRCH: gone.
+    }
+  }
+}
+
+/**
+ * Waits until `until` (performance.now()) for what an interrupted command left
+ * in group `pgid` to end, then kills what is left with SIGKILL, while
+ * `current()` says the group is still the runtime's. True when it killed any.
+ */
+export async function reapStragglers(pgid: number, until: number, current: () => boolean): Promise<boolean> {
+  while (groupStragglers(pgid).length > 0 && performance.now() < until && current()) {
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  const left = current() ? groupStragglers(pgid) : [];
+  signalEach(left, 'SIGKILL');
+  return left.length > 0;
 }

@@ -24,6 +24,18 @@ describe('the deltas of one attempt, on the node that runs it (DeltaStream)', ()
     expect(stream.count).toBe(3);
   });
 
+  it('sends nothing more once closed (the step was cut), also what it held back at the end', () => {
+    const sent: DeltaFrame[] = [];
+    const stream = new DeltaStream('7', 1, ['secret-value'], (f) => sent.push(f));
+    stream.push('one ');
+    stream.push('two sec');
+    stream.close();
+    stream.push('ret-value three');
+    stream.end();
+    expect(sent.map((f) => f.text)).toEqual(['one ', 'two ']);
+    expect(stream.frames).toEqual(sent);
+  });
+
   it('masks a secret split across pieces, so the deltas joined equal the stored, masked text', () => {
     const secrets = ['hunter2-secret', 'tok'];
     const mask = secretMasker(secrets);

@@ -16,6 +16,7 @@ const input: SessionInput = {
   maxBudget: null,
   maxRateLimitRetries: 2,
   maxAttempts: null,
+  doubleTexting: 'enqueue',
   confirmationMode: true,
   startDeadline: null,
 };

@@ -17,6 +17,7 @@ const input = {
   maxBudget: null,
   maxRateLimitRetries: 2,
   maxAttempts: null,
+  doubleTexting: 'enqueue' as const,
   confirmationMode: false,
   startDeadline: null,
 };
@@ -249,8 +250,30 @@ describe('session machine: the rest of the lifecycle', () => {
     expect(effectsOf(late)).toEqual([]);
   });
 
-  it('pauses a running agent, refuses the abandoned step, and resumes with a new step', () => {
-    const paused = run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], thinking());
+  it('pauses a thinking agent once its step answers (the step goes on meanwhile), and resumes with a new step', () => {
+    const pausing = run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], thinking());
+    expect(agentStateOf(pausing)).toBe('running');
+    expect(pausing.context.pausing).toBe(true);
+    expect(effectsOf(pausing)).toEqual([{ type: 'ask_agent', cause: 2, attempt: 1 }]);
+    expect(pausing.can({ type: 'user.change_state', eventId: 4, state: 'paused' }), 'a second pause').toBe(false);
+    const paused = run([{ type: 'agent.message', eventId: 4, cause: 2 }], pausing);
+    expect(agentStateOf(paused)).toBe('paused');
+    expect(effectsOf(paused)).toEqual([]);
+    const resumed = run([{ type: 'user.change_state', eventId: 5, state: 'running' }], paused);
+    expect(agentStateOf(resumed)).toBe('running');
+    expect(effectsOf(resumed)).toEqual([{ type: 'ask_agent', cause: 5, attempt: 1 }]);
+    // Asking to run again while pausing takes the pause back: the step's answer then goes on as usual.
+    const unpaused = run([{ type: 'user.change_state', eventId: 4, state: 'running' }], pausing);
+    expect(unpaused.context.pausing).toBe(false);
+    expect(agentStateOf(run([{ type: 'agent.message', eventId: 5, cause: 2 }], unpaused))).toBe('awaiting_user_input');
+  });
+
+  it('pauses at once under a version 7 log: the abandoned step is refused, and it resumes with a new step', () => {
+    const v7 = run(
+      [connected, { type: 'user.message', eventId: 2 }],
+      initialTransition(sessionMachine, { ...input, machineVersion: 7 })[0],
+    );
+    const paused = run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], v7);
     expect(agentStateOf(paused)).toBe('paused');
     expect(paused.can({ type: 'agent.message', eventId: 4, cause: 2 })).toBe(false);
     expect(effectsOf(paused)).toEqual([]);
@@ -566,9 +589,13 @@ describe('session machine: running time and busy states', () => {
     const answered = run([{ type: 'agent.message', eventId: 5, cause: 4, at: 4_000 }], later);
     expect(agentStateOf(answered)).toBe('awaiting_user_input');
     expect(answered.context.runningSince).toBeNull();
-    const paused = run([{ type: 'user.change_state', eventId: 5, state: 'paused', at: 4_000 }], later);
+    // A pause waits for the step's answer: running until then.
+    const pausing = run([{ type: 'user.change_state', eventId: 5, state: 'paused', at: 4_000 }], later);
+    expect(pausing.context.runningSince).toBe(1_000);
+    const paused = run([{ type: 'agent.message', eventId: 6, cause: 4, at: 4_500 }], pausing);
+    expect(agentStateOf(paused)).toBe('paused');
     expect(paused.context.runningSince).toBeNull();
-    const resumed = run([{ type: 'user.change_state', eventId: 6, state: 'running', at: 5_000 }], paused);
+    const resumed = run([{ type: 'user.change_state', eventId: 7, state: 'running', at: 5_000 }], paused);
     expect(resumed.context.runningSince).toBe(5_000);
   });
 
@@ -586,8 +613,15 @@ describe('session machine: running time and busy states', () => {
     }
     const idle = [
       run([connected]),
-      run([{ type: 'user.change_state', eventId: 3, state: 'paused' }], thinking()),
+      run(
+        [
+          { type: 'user.change_state', eventId: 3, state: 'paused' },
+          { type: 'agent.message', eventId: 4, cause: 2 },
+        ],
+        thinking(),
+      ),
       run([{ type: 'user.change_state', eventId: 3, state: 'stopped' }], thinking()),
+      run([{ type: 'user.interrupt', eventId: 3 }], thinking()),
       run([{ type: 'agent.finish', eventId: 3, cause: 2 }], thinking()),
       run([{ type: 'agent.failed', eventId: 3, cause: 2, reason: 'boom' }], thinking()),
     ];

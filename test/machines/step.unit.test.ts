@@ -18,6 +18,7 @@ const input: SessionInput = {
   maxBudget: null,
   maxRateLimitRetries: 5,
   maxAttempts: null,
+  doubleTexting: 'enqueue',
   confirmationMode: false,
   startDeadline: null,
 };

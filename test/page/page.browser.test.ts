@@ -1,6 +1,6 @@
 import type { Page } from 'playwright-core';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ConversationState, LoggedEvent } from '../../protocol/index.ts';
+import type { ConversationState, DoubleTexting, LoggedEvent } from '../../protocol/index.ts';
 import { offMachine, openBrowser, type PageSession } from '../support/browser.ts';
 import { useE2e } from '../support/e2e.ts';
 import { http, type ServerProcess } from '../support/serverProcess.ts';
@@ -59,9 +59,12 @@ const shownId = () => new URL(page.url()).searchParams.get('conversation')!;
 const leaves = () =>
   page.locator('.diagram .state.leaf').evaluateAll((els) => els.map((e) => e.getAttribute('data-state')));
 
-async function newConversation(options: { confirmation?: boolean; on?: ServerProcess } = {}): Promise<string> {
+async function newConversation(
+  options: { confirmation?: boolean; doubleTexting?: DoubleTexting; on?: ServerProcess } = {},
+): Promise<string> {
   await page.goto(`${(options.on ?? server).baseUrl}/?token=${TOKEN}`);
   if (options.confirmation) await byTest('confirmation-mode').check();
+  if (options.doubleTexting) await byTest('double-texting').selectOption(options.doubleTexting);
   await byTest('new-conversation').click();
   await page.waitForURL(/conversation=/);
   await expect.poll(() => byTest('agent-state').textContent(), { timeout: UI_MS }).toBe('awaiting_user_input');
@@ -258,5 +261,58 @@ describe('the page, with the agent streaming its replies', () => {
       await page.locator('.chat [data-seq]').evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-seq')))),
     ).toEqual(seqs);
     expect(await page.locator('.timeline button').count()).toBe(seqs.length);
+  });
+
+  it('interrupts the agent as it writes: the stored message keeps what was streamed, marked interrupted', async () => {
+    const id = await newConversation({ on: streaming });
+    expect(await byTest('interrupt').isDisabled()).toBe(true);
+    await say(`interrupt me ${'word '.repeat(36)}`);
+    await page.locator('.chat .msg.agent.streaming').waitFor({ timeout: UI_MS });
+    await byTest('interrupt').click();
+    await expect.poll(() => page.locator('.chat .msg.agent.interrupted').count(), { timeout: UI_MS }).toBe(1);
+    await expect.poll(() => byTest('agent-state').textContent(), { timeout: UI_MS }).toBe('awaiting_user_input');
+
+    const stored = (
+      await api<{ items: LoggedEvent[] }>('GET', `/api/conversations/${id}/events?limit=1000`, undefined, streaming)
+    ).items;
+    const cut = stored.find((l) => l.event.type === 'message' && l.event.source === 'agent')!.event;
+    if (cut.type !== 'message') throw new Error('no agent message stored');
+    expect(cut.data).toMatchObject({ interrupted: true, content: expect.stringMatching(/^You said: "interrupt me/) });
+    // Cut before its end: the whole answer goes on to say how to run a command.
+    expect(cut.data.content).not.toMatch(/run action\.$/);
+    expect(await page.locator('.chat .msg.agent').allTextContents()).toEqual([
+      `agent · interrupted${cut.data.content}`,
+    ]);
+    expect(await page.locator('.chat [data-type="interrupt"]').allTextContents()).toEqual([
+      'user interrupted the agent',
+    ]);
+    expect(await page.locator('.chat .msg.agent.streaming').count()).toBe(0);
+    expect(await byTest('interrupt').isDisabled()).toBe(true);
+    expect(await byTest('errors').textContent()).toBe('');
+    expect(
+      await page.locator('.chat [data-seq]').evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-seq')))),
+    ).toEqual(stored.map((l) => l.seq));
+  });
+
+  it('in a conversation that rejects messages while the agent works, says the agent is busy and keeps the text', async () => {
+    const id = await newConversation({ on: streaming, doubleTexting: 'reject' });
+    expect(await page.locator('.chat [data-type="conversation_created"]').textContent()).toContain(
+      'messages while the agent works: reject',
+    );
+    await say(`a long one ${'word '.repeat(36)}`);
+    await page.locator('.chat .msg.agent.streaming').waitFor({ timeout: UI_MS });
+    await say('and one more thing');
+    await expect.poll(() => byTest('busy').isVisible(), { timeout: UI_MS }).toBe(true);
+    expect(await byTest('busy').textContent()).toMatch(/agent is busy.*rejects messages while it works/);
+    expect(await byTest('input').inputValue()).toBe('and one more thing');
+    // Once the agent has answered, the notice goes; nothing of the refused message was stored.
+    await expect.poll(() => byTest('busy').isVisible(), { timeout: UI_MS }).toBe(false);
+    const stored = (
+      await api<{ items: LoggedEvent[] }>('GET', `/api/conversations/${id}/events?limit=1000`, undefined, streaming)
+    ).items;
+    expect(stored[0]!.event).toMatchObject({ type: 'conversation_created', data: { double_texting: 'reject' } });
+    expect(await userMessages()).toEqual([expect.stringContaining('a long one')]);
+    expect(stored.filter((l) => l.event.type === 'message' && l.event.source === 'user')).toHaveLength(1);
+    expect(await byTest('errors').textContent()).toBe('');
   });
 });

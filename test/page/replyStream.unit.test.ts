@@ -130,6 +130,32 @@ describe('the reply being written (page/replyStream.ts)', () => {
     expect(s).toMatchObject({ text: 'whole', attempt: 2 });
   });
 
+  it('is given up at an interrupt, and the stored interrupted message (what was streamed) ends its item', () => {
+    const s = screen();
+    s.delta('7', 1, 0, 'Once ');
+    s.delta('7', 1, 1, 'upon ');
+    // The user's interrupt is stored first: the agent no longer runs.
+    s.stored(event({ type: 'interrupt', source: 'user', data: {} }));
+    s.stopped();
+    expect(s.text).toBeNull();
+    const cut = s.changes.length;
+    s.stored(
+      event({
+        type: 'message',
+        source: 'agent',
+        data: { content: 'Once upon ', item_id: '7', attempt: 1, deltas: 2, interrupted: true },
+      }),
+    );
+    // Deltas the server had sent before it cut the step, and the attempt sent again after a reconnect: nothing.
+    s.delta('7', 1, 2, 'a time');
+    s.delta('7', 1, 0, 'Once ');
+    s.stored(attemptEvent('7', 2));
+    s.delta('7', 2, 0, 'Once ');
+    expect(s.text).toBeNull();
+    // Nothing of the item is shown again.
+    expect(s.changes.slice(cut).filter((c) => c.type !== 'clear')).toEqual([]);
+  });
+
   it('writes one reply at a time: another item’s delta replaces it, and the one before shows nothing more', () => {
     const s = screen();
     s.delta('7', 1, 0, 'old ');

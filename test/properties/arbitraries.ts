@@ -25,6 +25,7 @@ export const userAction: fc.Arbitrary<UserAction> = fc.oneof(
   { weight: 2, arbitrary: fc.constantFrom('echo run', 'true').map((command) => ({ type: 'run' as const, command })) },
   { weight: 3, arbitrary: requestedState.map((state) => ({ type: 'change_agent_state' as const, state })) },
   { weight: 1, arbitrary: fc.constant({ type: 'reconnect_runtime' as const }) },
+  { weight: 1, arbitrary: fc.constant({ type: 'interrupt' as const }) },
 );
 
 export type HostOp =
@@ -156,6 +157,7 @@ export const machineInput: fc.Arbitrary<SessionInput> = fc.record({
   maxRateLimitRetries: fc.integer({ min: 0, max: 3 }),
   maxAttempts: fc.constantFrom(null, 1, 3),
   confirmationMode: fc.boolean(),
+  doubleTexting: fc.constantFrom('enqueue' as const, 'interrupt' as const, 'reject' as const),
   startDeadline: fc.option(fc.constant(5_000), { nil: null }),
 });
 
@@ -193,10 +195,12 @@ export function machineEventCandidates(
       { type: 'user.run', eventId, command: 'ls' },
       { type: 'user.change_state', eventId, state: step.state },
       { type: 'user.reconnect_runtime', eventId },
+      { type: 'user.interrupt', eventId },
     ),
     ...of(
       'agent',
       { type: 'agent.message', eventId, cause },
+      { type: 'agent.message', eventId, cause: context.cutStep ?? cause, interrupted: true },
       { type: 'agent.run', eventId, cause, command: 'make test', risky: step.risky },
       { type: 'agent.finish', eventId, cause },
       { type: 'agent.failed', eventId, cause, reason: 'the agent failed: boom' },

@@ -21,6 +21,7 @@ const choice = fc.record({
     'user_message',
     'user_run',
     'user_state',
+    'user_interrupt',
     'reconnect',
     'runtime_progress',
     'runtime_lost',
@@ -46,6 +47,7 @@ const conversationRun = fc.record({
   maxIterations: fc.integer({ min: 1, max: 5 }),
   maxBudget: fc.option(fc.constantFrom(0.5, 1), { nil: undefined }),
   startTimeoutMs: fc.option(fc.constantFrom(2_000, 60_000), { nil: undefined }),
+  doubleTexting: fc.constantFrom('enqueue' as const, 'interrupt' as const, 'reject' as const),
   steps: fc.array(choice, { maxLength: 60, size: 'max' }),
 });
 
@@ -57,11 +59,25 @@ function inputFor(snapshot: SessionSnapshot, c: Choice, nextId: number): Decisio
   const command = pending?.command ?? 'ls';
   switch (c.kind) {
     case 'user_message':
-      return { type: 'user_action', action: { type: 'message', content: `hello ${c.pick % 3}` } };
+      return {
+        type: 'user_action',
+        action: { type: 'message', content: `hello ${c.pick % 3}` },
+        ...(c.pick % 2 === 0 && { streamed: streamedOf(context) }),
+      };
+    case 'user_interrupt':
+      return {
+        type: 'user_action',
+        action: { type: 'interrupt' },
+        ...(c.pick % 2 === 0 && { streamed: streamedOf(context) }),
+      };
     case 'user_run':
       return { type: 'user_action', action: { type: 'run', command: 'echo hi' } };
     case 'user_state':
-      return { type: 'user_action', action: { type: 'change_agent_state', state: c.state } };
+      return {
+        type: 'user_action',
+        action: { type: 'change_agent_state', state: c.state },
+        ...(c.pick % 2 === 0 && { streamed: streamedOf(context) }),
+      };
     case 'reconnect':
       return { type: 'user_action', action: { type: 'reconnect_runtime' } };
     case 'runtime_progress': {
@@ -107,6 +123,11 @@ function inputFor(snapshot: SessionSnapshot, c: Choice, nextId: number): Decisio
   }
 }
 
+/** What the current step's attempt streamed, as the host would give it with an action that may cut the step. */
+function streamedOf(context: SessionSnapshot['context']) {
+  return { itemId: String(context.stepCause), attempt: context.attempt, text: 'partial', deltas: 2 };
+}
+
 /** What a restart finds: the log folded from its first event, and from a persisted snapshot (JSON and back). */
 function restarted(log: readonly StoredEvent[], live: SessionSnapshot): SessionSnapshot[] {
   const fromLog = foldEvents(log).snapshot;
@@ -122,7 +143,7 @@ describe('the decider, live and after a restart', () => {
   it.each(seededRuns('decider', 60))(
     'takes the same decisions and asks for the same effects from a fold of the log (and from a stored snapshot) as the live session did, runtime loss and reconnect included; a restart reports a command that was out as interrupted, never runs it again (seed $params.seed)',
     ({ params }) => {
-      const seen = { accepted: 0, refused: 0, reconnects: 0, lost: 0 };
+      const seen = { accepted: 0, refused: 0, reconnects: 0, lost: 0, interrupts: 0, busy: 0 };
       fc.assert(
         fc.property(conversationRun, (run) => {
           let now = START;
@@ -140,6 +161,7 @@ describe('the decider, live and after a restart', () => {
                 secret_names: [],
                 replay: false,
                 ...(run.startTimeoutMs !== undefined && { start_timeout_ms: run.startTimeoutMs }),
+                double_texting: run.doubleTexting,
               },
             },
             stamp(0),
@@ -160,21 +182,30 @@ describe('the decider, live and after a restart', () => {
               );
               // Coming back after a crash: a command that was out is reported, not run again.
               const back = decide(folded, { type: 'rehydrate', from: 'log', folded: log.length }, stamp(log.length));
+              const pending = live.context.pendingCommand;
               const crashedWithCommandOut =
                 live.matches('active') &&
                 !live.matches({ active: 'awaiting_user_confirmation' }) &&
-                live.context.pendingCommand !== null;
+                pending !== null &&
+                pending.held !== true;
               if (back.ok && crashedWithCommandOut) {
                 expect(effectsOf(back.snapshot).map((e) => e.type)).not.toContain('run_command');
                 expect(effectsOf(back.snapshot).map((e) => e.type)).toContain('interrupt_command');
+              }
+              // A command a pause held never started: it is neither run nor reported, until a resume runs it.
+              if (back.ok && pending?.held) {
+                expect(effectsOf(back.snapshot).map((e) => e.type)).not.toContain('run_command');
+                expect(effectsOf(back.snapshot).map((e) => e.type)).not.toContain('interrupt_command');
               }
             }
             const decision = decide(live, input, stamp(log.length));
             if (!decision.ok) {
               seen.refused += 1;
+              if (decision.code === 'AGENT_BUSY') seen.busy += 1;
               continue;
             }
             seen.accepted += 1;
+            if (decision.events.some((e) => e.type === 'interrupt')) seen.interrupts += 1;
             if (decision.events.some((e) => e.type === 'reconnect_runtime')) seen.reconnects += 1;
             if (decision.events.some((e) => e.type === 'runtime_status' && e.data.status === 'disconnected'))
               seen.lost += 1;
@@ -191,6 +222,8 @@ describe('the decider, live and after a restart', () => {
       expect(seen.accepted).toBeGreaterThan(seen.refused / 4);
       expect(seen.reconnects).toBeGreaterThan(0);
       expect(seen.lost).toBeGreaterThan(0);
+      expect(seen.interrupts).toBeGreaterThan(0);
+      expect(seen.busy).toBeGreaterThan(0);
     },
   );
 });

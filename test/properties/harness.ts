@@ -322,6 +322,8 @@ function userEventOf(action: UserAction, eventId: number): SessionEvent {
       return { type: 'user.run', eventId, command: action.command };
     case 'change_agent_state':
       return { type: 'user.change_state', eventId, state: action.state };
+    case 'interrupt':
+      return { type: 'user.interrupt', eventId };
   }
 }
 
@@ -330,6 +332,7 @@ function userActionOf(event: StoredEvent): UserAction | StoredEvent {
   if (event.type === 'command') return { type: 'run', command: event.data.command };
   if (event.type === 'change_agent_state') return { type: 'change_agent_state', state: event.data.state };
   if (event.type === 'reconnect_runtime') return { type: 'reconnect_runtime' };
+  if (event.type === 'interrupt') return { type: 'interrupt' };
   return event;
 }
 

@@ -25,7 +25,9 @@ export function expectSame(actual: unknown, expected: unknown, message?: string)
  * wrong with it: ids not dense from 0, a stored event the fold refuses, a
  * state change without its `agent_state_changed` right after it (caused by
  * it, naming the new state, with the error as reason), or such a fact where
- * the state did not change.
+ * the state did not change. Only what an interrupt or a stop cut (the step's
+ * `interrupted` message, a `cancelled` command output) may come between such
+ * a change and its fact: they are one change.
  */
 export class LogChecker {
   readonly problems: string[] = [];
@@ -70,8 +72,12 @@ export class LogChecker {
       this.#due = null;
       return;
     }
-    if (this.#due)
+    const cutWork =
+      (event.type === 'message' && event.data.interrupted === true) ||
+      (event.type === 'command_output' && event.data.cancelled !== undefined);
+    if (this.#due && !cutWork)
       this.problems.push(`event ${event.id}: ${event.type} where agent_state_changed ${this.#due.state} was due`);
+    const due = cutWork ? this.#due : null;
     this.#due = null;
     const machineEvent = toSessionEvent(event);
     if (!machineEvent) {
@@ -87,7 +93,7 @@ export class LogChecker {
       const reason =
         (state === 'error' || state === 'rate_limited') && after.context.error ? after.context.error : undefined;
       this.#due = { state, ...(reason !== undefined && { reason }), cause: event.id };
-    }
+    } else this.#due = due;
     this.#fold = after;
   }
 
@@ -169,6 +175,7 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
     iterations: _iterations,
     runtime: _runtime,
     stepCause,
+    cutStep,
     pendingCommand,
     lastMessageId,
     runtimeCause,
@@ -182,6 +189,7 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
     context: {
       ...context,
       stepPending: stepCause !== null,
+      stepCut: cutStep !== null,
       // An event id and a time: compared as a position in the conversation, and as whether it runs.
       runtimeCause: at(runtimeCause),
       running: runningSince !== null,

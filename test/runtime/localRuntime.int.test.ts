@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +10,7 @@ import {
   type LocalRuntimeProviderOptions,
   type RuntimeExit,
 } from '../../src/runtime/index.ts';
+import { processRuns } from '../support/processes.ts';
 
 let root: string;
 let runtimes: LocalRuntime[];
@@ -46,17 +47,6 @@ function within<T>(promise: Promise<T>, ms: number): Promise<T> {
     promise,
     new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`not within ${ms} ms`)), ms)),
   ]);
-}
-
-/** Alive and not a zombie (a container's init may never reap the orphans). */
-function processRuns(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  const stat = `/proc/${pid}/stat`;
-  return !existsSync(stat) || !/\) Z /.test(readFileSync(stat, 'utf8'));
 }
 
 describe('LocalRuntime', () => {
@@ -187,6 +177,27 @@ describe('LocalRuntime', () => {
     });
     await expect(queued).resolves.toEqual({ exit_code: null, output: '', timed_out: false, truncated: false });
     await expect(runtime.run('echo ok')).resolves.toMatchObject({ output: 'ok\n' });
+  });
+
+  it('ends an aborted command only once what it started is gone: what ignores SIGINT is killed after the grace period', async () => {
+    const runtime = await started();
+    await runtime.run('cd /tmp && export KEPT=yes');
+    const controller = new AbortController();
+    // A background job of a non-interactive shell ignores SIGINT; the foreground one does not.
+    const running = runtime.run('(trap "" INT; exec sleep 300) & echo $!; sleep 300', {
+      signal: controller.signal,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    controller.abort();
+    const started_ = performance.now();
+    const result = await within(running, 3_000);
+    const pid = Number(/^\d+$/m.exec(result.output)?.[0]);
+    expect(pid, result.output).toBeGreaterThan(0);
+    expect(processRuns(pid), 'the background job outlived the abort').toBe(false);
+    // It waited for the grace period (500 ms here) before SIGKILL, and no longer.
+    expect(performance.now() - started_).toBeGreaterThan(400);
+    // The shell itself was kept: its state is there for the next command.
+    await expect(runtime.run('echo $PWD $KEPT')).resolves.toMatchObject({ output: '/tmp yes\n' });
   });
 
   it('notices when the shell is killed from outside: onExit fires once and the pending run rejects', async () => {

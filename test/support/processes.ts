@@ -53,3 +53,17 @@ export function bashesIn(workspace: string, parent?: number): Proc[] {
 export function runningInGroup(pgrp: number): Proc[] {
   return processes().filter((p) => p.pgrp === pgrp && p.state !== 'Z' && p.state !== 'X');
 }
+
+/** Alive and not a zombie (a container's init may never reap the orphans). */
+export function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/\) [ZX] /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
