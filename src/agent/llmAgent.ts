@@ -181,10 +181,8 @@ export class LlmAgent implements Agent {
     const { message } = completion.choices[0]!;
     const whole = message.content?.trim() ?? '';
     const action = toStreamedAction({ ...message, content: whole });
-    if (whole) {
-      signal?.throwIfAborted();
-      onDelta?.(whole);
-    }
+    // Cut meanwhile: no delta, but the answer (and what it used) is still handed back.
+    if (whole && !signal?.aborted) onDelta?.(whole);
     return { action, usage: completion.usage };
   }
 

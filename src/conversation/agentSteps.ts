@@ -34,10 +34,16 @@ export class AgentSteps {
     return this.#stream?.frames ?? null;
   }
 
-  /** Closes the current attempt's stream unless it is attempt `attempt` of step `cause` (the one the state waits for). */
-  closeUnless(cause: number | null, attempt: number): void {
+  /**
+   * Holds the current attempt's deltas unless it is attempt `attempt` of step
+   * `cause` (the one a decided state waits for); returns the stream held, to be
+   * closed once the decision is stored, or released if it stored nothing.
+   */
+  holdUnless(cause: number | null, attempt: number): DeltaStream | null {
     const stream = this.#stream;
-    if (stream && (stream.itemId !== String(cause) || stream.attempt !== attempt)) stream.close();
+    if (!stream || (stream.itemId === String(cause) && stream.attempt === attempt)) return null;
+    stream.hold();
+    return stream;
   }
 
   /**

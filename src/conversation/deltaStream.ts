@@ -21,6 +21,8 @@ export class DeltaStream {
   #held = '';
   /** Cut: the state no longer waits for this attempt, so nothing more of it goes out. */
   #closed = false;
+  /** Held while a decision that cuts it is being stored: what it streams meanwhile waits here. */
+  #waiting: string[] | null = null;
 
   constructor(itemId: string, attempt: number, secrets: readonly string[], send: (frame: DeltaFrame) => void) {
     this.itemId = itemId;
@@ -49,12 +51,29 @@ export class DeltaStream {
   }
 
   /**
+   * A decision that cuts the attempt is being stored: what it streams from now
+   * on waits, to be dropped (`close`) or sent after all (`release`, when the
+   * decision was a duplicate and stored nothing).
+   */
+  hold(): void {
+    this.#waiting ??= [];
+  }
+
+  /** Sends what waited while held, and streams on. */
+  release(): void {
+    const waiting = this.#waiting ?? [];
+    this.#waiting = null;
+    for (const text of waiting) this.#emit(text);
+  }
+
+  /**
    * The attempt was cut (an interrupt, a stop): what it streams from now on
    * is dropped, so what clients saw is exactly what the cut stored.
    */
   close(): void {
     this.#closed = true;
     this.#held = '';
+    this.#waiting = null;
   }
 
   /** The reply is complete: whatever was held back goes out. */
@@ -66,6 +85,10 @@ export class DeltaStream {
 
   #emit(text: string): void {
     if (text === '' || this.#closed) return;
+    if (this.#waiting) {
+      this.#waiting.push(text);
+      return;
+    }
     const frame: DeltaFrame = {
       type: 'delta',
       item_id: this.itemId,

@@ -7,6 +7,7 @@ import type { DeltaFrame, StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { DeltaChannel, EventLog, StatusChannel } from '../store/index.ts';
 import { AgentSteps } from './agentSteps.ts';
+import type { DeltaStream } from './deltaStream.ts';
 import { outcomeOf, STATUS } from './effectResults.ts';
 import { IllegalTransitionError, SessionUnavailableError } from '../errors.ts';
 
@@ -75,9 +76,9 @@ export class EffectRunner {
     return this.#agent.currentDeltas();
   }
 
-  /** Stops the deltas of an attempt that the state no longer waits for (see `AgentSteps.closeUnless`). */
-  closeDeltasUnless(cause: number | null, attempt: number): void {
-    this.#agent.closeUnless(cause, attempt);
+  /** Holds the deltas of an attempt that a decided state no longer waits for (see `AgentSteps.holdUnless`). */
+  holdDeltasUnless(cause: number | null, attempt: number): DeltaStream | null {
+    return this.#agent.holdUnless(cause, attempt);
   }
 
   /**
@@ -280,9 +281,11 @@ export class EffectRunner {
       await this.#host.decide({ type: 'command_finished', cause, command, result });
       return result.timed_out ? 'timed out' : `exit code ${result.exit_code}`;
     } catch (err) {
-      if (signal.aborted) return 'aborted';
-      // The death is stored first, so the machine has left the agent loop before it sees this output.
+      // A runtime that died under the command: its death is stored first, so the machine has left the
+      // agent loop before it sees this output (the state then no longer asks for the command, but
+      // the command still gets its result).
       if (!runtime.alive) await this.#runtimeDied(runtime, null, null);
+      else if (signal.aborted) return 'aborted';
       const why = runtime.alive ? String(errorFields(err).error) : 'the runtime exited';
       await this.#host.decide({ type: 'command_unavailable', cause, command, why });
       return 'runtime unavailable';

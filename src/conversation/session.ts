@@ -268,12 +268,19 @@ export class Session {
       });
     await this.#deps.index?.beforeAppend(before, decision.events);
     let first: AppendResult | undefined;
+    // What the caller is answered: its own event's (the last user event; a message that interrupts comes after the interrupt).
+    let own: AppendResult | undefined;
     for (const event of decision.events) {
       const result = await this.#log.append(event, first === undefined ? msgId : undefined);
       // A retried action stored once already: nothing of this decision is stored.
-      if (result.duplicate) return result;
+      if (result.duplicate) {
+        this.#effects.stored(false);
+        return result;
+      }
       first ??= result;
+      if (event.source === 'user') own = result;
     }
+    this.#effects.stored(true);
     // Persist, then apply: the state the decider computed takes effect once every event of it is
     // acknowledged. (An append that fails releases the session: it is rehydrated from the log.)
     this.#snapshot = decision.snapshot;
@@ -281,7 +288,7 @@ export class Session {
     if (this.#log.checkpointDue(decision.events[0]!.id, decision.events.at(-1)!.id))
       this.#log.checkpointLater(decision.snapshot);
     await this.#deps.index?.afterApply(before, decision.events);
-    return first!;
+    return own ?? first!;
   }
 
   #afterDecision(before: SessionSnapshot | undefined): void {

@@ -1,6 +1,7 @@
 import { effectKey, effectsOf, type Deadline, type Effect, type SessionSnapshot } from '../../machines/index.ts';
 import type { DeltaFrame } from '../../protocol/index.ts';
 import { DeadlineTimer } from './deadlineTimer.ts';
+import type { DeltaStream } from './deltaStream.ts';
 import { EffectRunner, type EffectDeps, type EffectHost } from './effectRunner.ts';
 
 /** Why an effect was aborted: the session's state no longer asks for it. */
@@ -26,6 +27,8 @@ export class SessionEffects {
   readonly #deadline: DeadlineTimer;
   /** Effects started and not finished, by `effectKey`, with what aborts each. */
   readonly #running = new Map<string, { type: Effect['type']; abort: AbortController }>();
+  /** The deltas held while a decision that cuts their attempt is being stored. */
+  #held: DeltaStream | null = null;
 
   constructor(host: EffectHost, deps: EffectDeps, deadlinePassed: (deadline: Deadline) => void) {
     this.#runner = new EffectRunner(host, deps);
@@ -55,14 +58,24 @@ export class SessionEffects {
   }
 
   /**
-   * Called with a decided state before its events are appended: an attempt it
-   * no longer waits for (cut by an interrupt or a stop) streams nothing more,
-   * so no delta goes out past what the decision stored of it.
+   * Called with a decided state before its events are appended: the deltas of
+   * an attempt it no longer waits for (cut by an interrupt or a stop) are held,
+   * then dropped once the decision is stored (`stored(true)`), so no delta goes
+   * out past what the decision stored of it; sent after all if it stored
+   * nothing (a duplicate).
    */
   decided(snapshot: SessionSnapshot): void {
     const thinking = snapshot.matches({ active: { running: 'thinking' } });
     const { stepCause, attempt } = snapshot.context;
-    this.#runner.closeDeltasUnless(thinking ? stepCause : null, attempt);
+    this.#held = this.#runner.holdDeltasUnless(thinking ? stepCause : null, attempt);
+  }
+
+  /** The decision given to `decided` was stored, or not (a duplicate). */
+  stored(stored: boolean): void {
+    const held = this.#held;
+    this.#held = null;
+    if (stored) held?.close();
+    else held?.release();
   }
 
   /** The current agent step attempt's deltas from index 0, or null. */

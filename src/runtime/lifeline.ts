@@ -20,7 +20,8 @@ export function lifeline(heartbeatTimeoutMs?: number): string {
       ? 'read -r -u 3 _'
       : `while read -r -t ${(heartbeatTimeoutMs / 1000).toFixed(3)} -u 3 _; do :; done`;
   // Its own bash, named in its argv, so that reaping what an interrupted command left behind spares it.
-  return `"$BASH" --noprofile --norc -c '${wait}; kill -KILL 0' ${LIFELINE_NAME} </dev/null >/dev/null 2>&1 &\nexec 3<&-\n`;
+  // BASH_ENV emptied: a startup file from the environment (secrets included) must not end the watcher.
+  return `BASH_ENV= "\${BASH:-bash}" --noprofile --norc -c '${wait}; kill -KILL 0' ${LIFELINE_NAME} </dev/null >/dev/null 2>&1 &\nexec 3<&-\n`;
 }
 
 /** The watcher's `$0`: how `groupStragglers` tells it from a command's processes. */

@@ -5,7 +5,7 @@ import { RuntimeDeadError } from './errors.ts';
 import { heartbeat, lifeline } from './lifeline.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
 import type { CommandResult, RunOptions, Runtime, RuntimeExit } from './runtime.ts';
-import { exitOf, notRun, processState, reapStragglers, signalGroup } from './shellProcess.ts';
+import { exitOf, lastPid, notRun, processState, reapStragglers, signalGroup } from './shellProcess.ts';
 
 export interface LocalRuntimeConfig {
   workspace: string;
@@ -42,6 +42,8 @@ interface Running {
   timer?: NodeJS.Timeout;
   grace?: NodeJS.Timeout;
   interrupted?: 'timeout' | 'abort';
+  /** The last process id given out before it started: its processes have later ones. */
+  firstPid?: number;
   /** When the SIGINT went out (performance.now()). */
   interruptedAt?: number;
   /** Its end marker came (it may still wait for what it left behind to be killed). */
@@ -227,7 +229,11 @@ export class LocalRuntime implements Runtime {
     if (this.current || !this.child) return;
     const job = this.queue.shift();
     if (!job) return;
-    const run: Running = { job, capture: new OutputCapture(job.command, this.config.outputCapBytes) };
+    const run: Running = {
+      job,
+      capture: new OutputCapture(job.command, this.config.outputCapBytes),
+      firstPid: lastPid(),
+    };
     this.current = run;
     if (Number.isFinite(job.timeoutMs)) {
       run.timer = setTimeout(() => this.interrupt(run, 'timeout'), Math.min(job.timeoutMs, MAX_TIMER_MS));
@@ -286,10 +292,11 @@ export class LocalRuntime implements Runtime {
       return this.pump();
     }
     // An interrupted command is over only when nothing it started is left: what ignored
-    // the SIGINT (a background job) gets SIGKILL once the grace period is over.
+    // the SIGINT (a background job) gets SIGKILL once the grace period is over. What earlier
+    // commands left running on purpose is spared.
     const pgid = this.child.pid;
     const until = (run.interruptedAt ?? performance.now()) + this.config.interruptGraceMs;
-    void reapStragglers(pgid, until, () => this.child?.pid === pgid).then(async (killed) => {
+    void reapStragglers(pgid, run.firstPid, until, () => this.child?.pid === pgid).then(async (killed) => {
       if (this.current === run) this.current = undefined;
       // bash reports the jobs it lost ("Killed ...") before its next command: a no-op takes that report.
       if (killed) await this.enqueue(':', START_TIMEOUT_MS, undefined, true).catch(() => undefined);

@@ -38,12 +38,39 @@ export function exitOf(child: ChildProcessWithoutNullStreams): Promise<void> {
 }
 
 /**
- * The live processes of process group `pgid` other than its leader (the
- * shell) and the shell's lifeline watcher: what a command left behind, read
- * from /proc. Zombies are left out (they are gone, waiting to be reaped).
+ * The last process id the kernel gave out in this pid namespace, or undefined
+ * when it cannot be read: a command's processes get ids after the value read
+ * just before it started.
  */
-export function groupStragglers(pgid: number): number[] {
+export function lastPid(): number | undefined {
+  try {
+    const value = Number(readFileSync('/proc/sys/kernel/ns_last_pid', 'utf8'));
+    return Number.isInteger(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Whether `pid` was given out after `since` and up to `now` (both `lastPid()`
+ * readings), ids wrapping around at pid_max in between. A live process's id is
+ * never given out again, so one that existed at `since` is never counted,
+ * unless the ids wrapped past it during the command.
+ */
+function givenOutBetween(pid: number, since: number, now: number): boolean {
+  return since <= now ? pid > since && pid <= now : pid > since || pid <= now;
+}
+
+/**
+ * The live processes of process group `pgid` that a command started after
+ * `since` (a `lastPid()` reading) left behind, read from /proc: not the
+ * group's leader (the shell), not the shell's lifeline watcher, not zombies
+ * (they are gone, waiting to be reaped), and not what earlier commands left
+ * running on purpose (their ids were given out before `since`).
+ */
+export function groupStragglers(pgid: number, since?: number): number[] {
   const found: number[] = [];
+  const now = since === undefined ? undefined : lastPid();
   let entries: string[];
   try {
     entries = readdirSync('/proc');
@@ -53,6 +80,7 @@ export function groupStragglers(pgid: number): number[] {
   for (const name of entries) {
     const pid = Number(name);
     if (!Number.isInteger(pid) || pid === pgid) continue;
+    if (since !== undefined && now !== undefined && !givenOutBetween(pid, since, now)) continue;
     try {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
       // After the command name (in parentheses): state, ppid, pgrp.
@@ -79,15 +107,21 @@ export function signalEach(pids: readonly number[], signal: NodeJS.Signals): voi
 }
 
 /**
- * Waits until `until` (performance.now()) for what an interrupted command left
- * in group `pgid` to end, then kills what is left with SIGKILL, while
- * `current()` says the group is still the runtime's. True when it killed any.
+ * Waits until `until` (performance.now()) for what an interrupted command
+ * (started after the `lastPid()` reading `since`; undefined: anything in the
+ * group) left in group `pgid` to end, then kills what is left with SIGKILL,
+ * while `current()` says the group is still the runtime's. True when it killed any.
  */
-export async function reapStragglers(pgid: number, until: number, current: () => boolean): Promise<boolean> {
-  while (groupStragglers(pgid).length > 0 && performance.now() < until && current()) {
+export async function reapStragglers(
+  pgid: number,
+  since: number | undefined,
+  until: number,
+  current: () => boolean,
+): Promise<boolean> {
+  while (groupStragglers(pgid, since).length > 0 && performance.now() < until && current()) {
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
-  const left = current() ? groupStragglers(pgid) : [];
+  const left = current() ? groupStragglers(pgid, since) : [];
   signalEach(left, 'SIGKILL');
   return left.length > 0;
 }

@@ -36,6 +36,21 @@ describe('the deltas of one attempt, on the node that runs it (DeltaStream)', ()
     expect(stream.frames).toEqual(sent);
   });
 
+  it('holds what comes while a cut is being stored: dropped once it is, sent after all when it stored nothing', () => {
+    for (const stored of [true, false]) {
+      const sent: DeltaFrame[] = [];
+      const stream = new DeltaStream('7', 1, [], (f) => sent.push(f));
+      stream.push('one ');
+      stream.hold();
+      stream.push('two ');
+      if (stored) stream.close();
+      else stream.release();
+      stream.push('three');
+      expect(sent.map((f) => f.text)).toEqual(stored ? ['one '] : ['one ', 'two ', 'three']);
+      expect(sent.map((f) => f.index)).toEqual(sent.map((_, i) => i));
+    }
+  });
+
   it('masks a secret split across pieces, so the deltas joined equal the stored, masked text', () => {
     const secrets = ['hunter2-secret', 'tok'];
     const mask = secretMasker(secrets);

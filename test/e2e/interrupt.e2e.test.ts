@@ -250,12 +250,15 @@ describe('a message while the agent works', () => {
     llm.enqueue(longReply(), streamed(['About two.']));
     client.sendMessage('one');
     await client.waitUntil(() => deltasOf(client.frames).length >= 2, { what: 'two deltas' });
-    client.sendMessage('two');
-    const log = events(
-      await eventsWhen(a, id, 'the answer to two', (l) =>
-        l.some((e) => isAgentMessage(e.event) && !e.event.data.interrupted),
-      ),
+    // Through REST: the answer names the message's own event, not the interrupt stored before it.
+    const sent = await act(a, id, { type: 'message', content: 'two' });
+    expect(sent.status).toBe(202);
+    const logged = await eventsWhen(a, id, 'the answer to two', (l) =>
+      l.some((e) => isAgentMessage(e.event) && !e.event.data.interrupted),
     );
+    const two = logged.find((e) => e.event.type === 'message' && e.event.data.content === 'two')!;
+    expect((sent.body as { seq: number }).seq).toBe(two.seq);
+    const log = events(logged);
     const from = log.findIndex((e) => e.type === 'interrupt');
     expect(log.slice(from, from + 5).map((e) => [e.type, e.source])).toEqual([
       ['interrupt', 'user'],

@@ -181,7 +181,8 @@ describe('LocalRuntime', () => {
 
   it('ends an aborted command only once what it started is gone: what ignores SIGINT is killed after the grace period', async () => {
     const runtime = await started();
-    await runtime.run('cd /tmp && export KEPT=yes');
+    // A background job an earlier command left running on purpose is not the interrupted command's.
+    const kept = Number((await runtime.run('cd /tmp && export KEPT=yes && { sleep 300 & } && echo $!')).output);
     const controller = new AbortController();
     // A background job of a non-interactive shell ignores SIGINT; the foreground one does not.
     const running = runtime.run('(trap "" INT; exec sleep 300) & echo $!; sleep 300', {
@@ -196,6 +197,7 @@ describe('LocalRuntime', () => {
     expect(processRuns(pid), 'the background job outlived the abort').toBe(false);
     // It waited for the grace period (500 ms here) before SIGKILL, and no longer.
     expect(performance.now() - started_).toBeGreaterThan(400);
+    expect(processRuns(kept), "an earlier command's background job").toBe(true);
     // The shell itself was kept: its state is there for the next command.
     await expect(runtime.run('echo $PWD $KEPT')).resolves.toMatchObject({ output: '/tmp yes\n' });
   });
