@@ -262,8 +262,11 @@ export class EffectRunner {
    */
   async #runCommand(cause: number, command: string, signal: AbortSignal): Promise<string> {
     // A runtime that died is not replaced behind the user's back: its death is
-    // stored first (it may be on its way), then the log says whether it is lost.
-    await this.#death;
+    // stored first (it may be on its way, or come while we wait), then the log says whether it is lost.
+    for (let death = this.#death; ; death = this.#death) {
+      await death;
+      if (death === this.#death) break;
+    }
     const lost = this.#host.runtimeLost();
     if (lost !== null) {
       await this.#host.decide({ type: 'command_unavailable', cause, command, why: lost });

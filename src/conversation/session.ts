@@ -266,21 +266,17 @@ export class Session {
         to: agentStateOf(decision.snapshot),
         events: decision.events.map((e) => e.type),
       });
-    await this.#deps.index?.beforeAppend(before, decision.events);
-    let first: AppendResult | undefined;
-    // What the caller is answered: its own event's (the last user event; a message that interrupts comes after the interrupt).
-    let own: AppendResult | undefined;
-    for (const event of decision.events) {
-      const result = await this.#log.append(event, first === undefined ? msgId : undefined);
-      // A retried action stored once already: nothing of this decision is stored.
-      if (result.duplicate) {
-        this.#effects.stored(false);
-        return result;
-      }
-      first ??= result;
-      if (event.source === 'user') own = result;
+    let appended: AppendResult;
+    let stored = false;
+    try {
+      await this.#deps.index?.beforeAppend(before, decision.events);
+      appended = await this.#log.appendAll(decision.events, msgId);
+      stored = !appended.duplicate;
+    } finally {
+      // A cut attempt's held deltas: dropped once the cut is stored, else (a duplicate, a failure) sent after all.
+      this.#effects.stored(stored);
     }
-    this.#effects.stored(true);
+    if (appended.duplicate) return appended;
     // Persist, then apply: the state the decider computed takes effect once every event of it is
     // acknowledged. (An append that fails releases the session: it is rehydrated from the log.)
     this.#snapshot = decision.snapshot;
@@ -288,7 +284,7 @@ export class Session {
     if (this.#log.checkpointDue(decision.events[0]!.id, decision.events.at(-1)!.id))
       this.#log.checkpointLater(decision.snapshot);
     await this.#deps.index?.afterApply(before, decision.events);
-    return own ?? first!;
+    return appended;
   }
 
   #afterDecision(before: SessionSnapshot | undefined): void {

@@ -67,6 +67,7 @@ export class SessionEffects {
   decided(snapshot: SessionSnapshot): void {
     const thinking = snapshot.matches({ active: { running: 'thinking' } });
     const { stepCause, attempt } = snapshot.context;
+    this.#held?.release();
     this.#held = this.#runner.holdDeltasUnless(thinking ? stepCause : null, attempt);
   }
 

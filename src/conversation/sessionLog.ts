@@ -108,6 +108,24 @@ export class SessionLog {
   }
 
   /** Appends one event; any fault other than a refused duplicate releases the session, so that it is rehydrated from the log. */
+  /**
+   * Appends one decision's events in order, `msgId` on the first (a retried
+   * action meets its duplicate there, and nothing is stored). Answers with the
+   * caller's own event: the last user event (a message that interrupts comes
+   * after its interrupt), else the first.
+   */
+  async appendAll(events: readonly StoredEvent[], msgId?: string): Promise<AppendResult> {
+    let first: AppendResult | undefined;
+    let own: AppendResult | undefined;
+    for (const event of events) {
+      const result = await this.append(event, first === undefined ? msgId : undefined);
+      if (result.duplicate) return result;
+      first ??= result;
+      if (event.source === 'user') own = result;
+    }
+    return own ?? first!;
+  }
+
   async append(event: StoredEvent, msgId?: string): Promise<AppendResult> {
     if (this.#deps.leaseValid?.() === false) {
       // Fenced: after a lapse another node may own the conversation and not have written yet.
