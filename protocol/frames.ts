@@ -39,7 +39,12 @@ export const ServerFrame = z.discriminatedUnion('type', [
     text: z.string(),
   }),
   z.object({ type: z.literal('status'), level: StatusLevel, id: z.string(), message: z.string() }),
-  z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
+  z.object({
+    type: z.literal('error'),
+    code: z.string(),
+    message: z.string(),
+    client_id: ClientId.optional().describe('The `client_id` of the refused action, when it carried one.'),
+  }),
   z.object({ type: z.literal('pong') }),
 ]);
 export type ServerFrame = z.infer<typeof ServerFrame>;

@@ -222,7 +222,9 @@ export class ClientConnection {
       const pub = toPublicError(err);
       if (pub.status >= 500)
         this.#options.logger.error('action failed', { conversation_id: this.#conversationId, ...errorFields(err) });
-      send(this.#ws, { type: 'error', code: pub.code, message: pub.message });
+      // Named by the action's client_id, so a client that sent several knows which one was refused.
+      const named = frame.client_id === undefined ? {} : { client_id: frame.client_id };
+      send(this.#ws, { type: 'error', code: pub.code, message: pub.message, ...named });
     }
   }
 

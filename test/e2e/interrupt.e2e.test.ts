@@ -278,11 +278,12 @@ describe('a message while the agent works', () => {
     client.sendMessage('one');
     await client.waitUntil(() => deltasOf(client.frames).length >= 1, { what: 'a delta' });
     const before = (await allEvents(a.baseUrl, id)).length;
-    client.sendMessage('two');
+    client.sendMessage('two', 'msg-two');
     const error = await client.waitFor<Extract<Frame, { type: 'error' }>>((f) => f.type === 'error', {
       what: 'the error frame',
     });
-    expect(error.code).toBe('AGENT_BUSY');
+    // The refusal names the action it refuses.
+    expect(error).toMatchObject({ code: 'AGENT_BUSY', client_id: 'msg-two' });
     const rest = await act(b, id, { type: 'message', content: 'three' });
     expect(rest).toMatchObject({ status: 409, body: { error: { code: 'AGENT_BUSY' } } });
     const log = events(await allEvents(a.baseUrl, id));
