@@ -52,7 +52,8 @@ export function openConversation(root: HTMLElement, id: string): void {
       if (live && agentStateOf(live) === 'running') reply.delta(frame);
     },
     status: (message) => chat.insertBefore(h('div', { class: 'line status' }, message), reply.anchor),
-    error: (code, message) => (code === 'AGENT_BUSY' ? busy.refused(message) : showError(`${code}: ${message}`)),
+    error: (code, message, clientId) =>
+      code === 'AGENT_BUSY' ? busy.refused(message, clientId) : showError(`${code}: ${message}`),
     connected: (up) => {
       connection.textContent = up ? 'live' : 'reconnecting';
       connection.dataset.up = String(up);
@@ -63,8 +64,8 @@ export function openConversation(root: HTMLElement, id: string): void {
   const send = (kind: 'message' | 'run') => {
     const text = input.value.trim();
     if (!text) return;
-    if (kind === 'message') busy.sent(text);
-    act(kind === 'run' ? { type: 'run', command: text } : { type: 'message', content: text });
+    const clientId = act(kind === 'run' ? { type: 'run', command: text } : { type: 'message', content: text });
+    if (kind === 'message') busy.sent(text, clientId);
     input.value = '';
   };
   input.addEventListener('keydown', (e) => {

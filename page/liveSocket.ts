@@ -8,7 +8,8 @@ export interface SocketHandlers {
   /** A piece of the agent's reply as it is written (never stored; live only). */
   delta(frame: DeltaFrame): void;
   status(message: string, level: string): void;
-  error(code: string, message: string): void;
+  /** An error frame; `clientId` names the refused action when it had one. */
+  error(code: string, message: string, clientId?: string): void;
   /** The connection is up (`true`, after `sync`) or down (`false`, reconnecting). */
   connected(up: boolean): void;
 }
@@ -29,7 +30,7 @@ export function liveSocket(conversationId: string, handlers: SocketHandlers): Pr
       event: (frame) => handlers.event(frame),
       delta: (frame) => handlers.delta(frame),
       status: (frame) => handlers.status(frame.message, frame.level),
-      error: (frame) => handlers.error(frame.code, frame.message),
+      error: (frame) => handlers.error(frame.code, frame.message, frame.client_id),
       invalid: (frame) => handlers.error('INVALID_FRAME', `${frame.problem}: ${frame.raw.slice(0, 200)}`),
       state: (state) => handlers.connected(state === 'live'),
       close: ({ code, reason, final }) => {

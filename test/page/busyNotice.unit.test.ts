@@ -48,6 +48,17 @@ describe('the AGENT_BUSY notice (page/busyNotice.ts)', () => {
     expect(input.value).toBe('are you there?');
   });
 
+  it('gives back the text of the message the refusal names by its client_id, not the last one sent', () => {
+    const { input, notice } = composer();
+    notice.sent('one', 'id-1');
+    notice.sent('two', 'id-2');
+    input.value = '';
+    notice.refused(REFUSAL, 'id-1');
+    expect(input.value).toBe('one');
+    notice.refused(REFUSAL, 'id-unknown');
+    expect(input.value).toBe('one');
+  });
+
   it('puts the refused text in front of what was typed since, and gives each text back once', () => {
     const { input, notice, send } = composer();
     send('first thought');
