@@ -4,7 +4,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { deltasOf } from '../support/deltaChecks.ts';
 import { useE2e } from '../support/e2e.ts';
-import { startFakeLlmServer, streamed, type FakeLlmServer, type RecordedRequest } from '../support/fakeLlmServer.ts';
+import { startLlmNodes } from '../support/llmNodes.ts';
+import { streamed, type FakeLlmServer, type RecordedRequest } from '../support/fakeLlmServer.ts';
 import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
 import { processRuns } from '../support/processes.ts';
 import { until } from '../support/until.ts';
@@ -21,18 +22,7 @@ let b: ServerProcess;
 const workspaces = () => join(a.dataDir, 'workspaces');
 
 beforeAll(async () => {
-  llm = await startFakeLlmServer();
-  e2e.onCleanup(() => llm.close());
-  const nats = await e2e.nats();
-  const env = {
-    NATS_URL: nats.url,
-    TETHER_LEASE_MS: '1000',
-    TETHER_LLM_BASE_URL: llm.baseUrl,
-    TETHER_LLM_API_KEY: 'sk-fake',
-    TETHER_LLM_MODEL: 'fake-model',
-  };
-  a = await e2e.start({ env });
-  b = await e2e.start({ env });
+  ({ llm, a, b } = await startLlmNodes(e2e));
 }, 60_000);
 
 type Event<T extends StoredEvent['type']> = Extract<StoredEvent, { type: T }>;

@@ -2,8 +2,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { deltasOf, expectStreamedOnce } from '../support/deltaChecks.ts';
 import { useE2e } from '../support/e2e.ts';
+import { startLlmNodes } from '../support/llmNodes.ts';
 import { stateOf } from '../support/logQueries.ts';
-import { failure, startFakeLlmServer, streamed, type FakeLlmServer } from '../support/fakeLlmServer.ts';
+import { failure, streamed, type FakeLlmServer } from '../support/fakeLlmServer.ts';
 import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
 import type { Frame, WsClient } from '../support/wsClient.ts';
 
@@ -18,17 +19,7 @@ let a: ServerProcess;
 let b: ServerProcess;
 
 beforeAll(async () => {
-  llm = await startFakeLlmServer();
-  e2e.onCleanup(() => llm.close());
-  const nats = await e2e.nats();
-  const env = {
-    NATS_URL: nats.url,
-    TETHER_LEASE_MS: '1000',
-    TETHER_LLM_BASE_URL: llm.baseUrl,
-    TETHER_LLM_API_KEY: 'sk-fake',
-    TETHER_LLM_MODEL: 'fake-model',
-  };
-  [a, b] = await Promise.all([e2e.start({ env }), e2e.start({ env })]);
+  ({ llm, a, b } = await startLlmNodes(e2e));
 }, 60_000);
 
 type AgentAnswer = Extract<StoredEvent, { type: 'message' | 'command' | 'finish' }>;

@@ -1,51 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import {
-  agentStateOf,
-  decide,
-  effectsOf,
-  foldEvents,
-  type DecisionInput,
-  type SessionSnapshot,
-} from '../../machines/index.ts';
+import { effectsOf, foldEvents } from '../../machines/index.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
+import { DecidedConversation } from './deciderConversation.ts';
 
-/** A conversation driven through the decider alone, as a session does: its log and where it stands. */
-class Conversation {
-  events: StoredEvent[] = [];
-  snapshot: SessionSnapshot | undefined;
-
+/** A conversation on a connected runtime, with the attempt bound it records (none: a version 6 log). */
+class Conversation extends DecidedConversation {
   constructor(maxAttempts: number | undefined, maxRateLimitRetries = 5) {
-    this.decide({
-      type: 'create',
-      conversationId: 'c1',
-      data: {
-        user: 'u',
-        confirmation_mode: false,
-        max_iterations: 10,
-        max_rate_limit_retries: maxRateLimitRetries,
-        ...(maxAttempts !== undefined && { max_attempts: maxAttempts }),
-        secret_names: [],
-        replay: false,
-      },
+    super({
+      max_rate_limit_retries: maxRateLimitRetries,
+      ...(maxAttempts !== undefined && { max_attempts: maxAttempts }),
     });
     this.decide({ type: 'runtime_progress', status: 'connected' });
-  }
-
-  /** Stores what the decider says (throws on a refusal); returns the new events. */
-  decide(input: DecisionInput): StoredEvent[] {
-    const decision = this.tryDecide(input);
-    if (!decision.ok) throw new Error(`refused: ${decision.reason}`);
-    return decision.events;
-  }
-
-  tryDecide(input: DecisionInput) {
-    const at = new Date(Date.UTC(2026, 0, 1) + this.events.length * 1000);
-    const decision = decide(this.snapshot, input, { conversationId: 'c1', nextEventId: this.events.length, now: at });
-    if (decision.ok) {
-      this.events.push(...decision.events);
-      this.snapshot = decision.snapshot;
-    }
-    return decision;
   }
 
   /** A user message; returns the step it starts (its cause, the item of its deltas). */
@@ -55,15 +20,11 @@ class Conversation {
   }
 
   get context() {
-    return this.snapshot!.context;
-  }
-
-  get state() {
-    return agentStateOf(this.snapshot!);
+    return this.snapshot.context;
   }
 
   get asked() {
-    return effectsOf(this.snapshot!).filter((e) => e.type === 'ask_agent');
+    return effectsOf(this.snapshot).filter((e) => e.type === 'ask_agent');
   }
 
   serverError(cause: number, attempt: number): StoredEvent[] {

@@ -1,14 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import {
-  agentStateOf,
-  decide,
-  effectsOf,
-  foldEvents,
-  type DecisionInput,
-  type SessionSnapshot,
-  type Streamed,
-} from '../../machines/index.ts';
+import { agentStateOf, effectsOf, foldEvents, type DecisionInput, type Streamed } from '../../machines/index.ts';
 import type { AgentState, DoubleTexting, StoredEvent } from '../../protocol/index.ts';
+import { DecidedConversation } from './deciderConversation.ts';
 import { logViolations } from '../properties/logChecks.ts';
 
 /*
@@ -17,46 +10,16 @@ import { logViolations } from '../properties/logChecks.ts';
  * data that matters), or the code it refuses with. Pure: no I/O.
  */
 
-/** A conversation driven through the decider alone, as a session does. */
-class Conversation {
-  events: StoredEvent[] = [];
-  snapshot!: SessionSnapshot;
-
+/** A conversation with its double-texting policy and confirmation mode (3 attempts per step). */
+class Conversation extends DecidedConversation {
   constructor(doubleTexting?: DoubleTexting, confirmationMode = false) {
-    this.decide({
-      type: 'create',
-      conversationId: 'c1',
-      data: {
-        user: 'u',
-        confirmation_mode: confirmationMode,
-        max_iterations: 10,
-        max_attempts: 3,
-        ...(doubleTexting && { double_texting: doubleTexting }),
-        secret_names: [],
-        replay: false,
-      },
+    super({
+      confirmation_mode: confirmationMode,
+      max_attempts: 3,
+      ...(doubleTexting && { double_texting: doubleTexting }),
     });
   }
 
-  decide(input: DecisionInput): StoredEvent[] {
-    const decision = this.tryDecide(input);
-    if (!decision.ok) throw new Error(`refused: ${decision.reason}`);
-    return decision.events;
-  }
-
-  tryDecide(input: DecisionInput) {
-    const now = new Date(Date.UTC(2026, 0, 1) + this.events.length * 1000);
-    const decision = decide(this.snapshot, input, { conversationId: 'c1', nextEventId: this.events.length, now });
-    if (decision.ok) {
-      this.events.push(...decision.events);
-      this.snapshot = decision.snapshot;
-    }
-    return decision;
-  }
-
-  get state(): AgentState {
-    return agentStateOf(this.snapshot);
-  }
   get step(): number {
     return this.snapshot.context.stepCause!;
   }
