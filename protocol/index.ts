@@ -39,6 +39,7 @@ export {
   ConversationState,
   ForkBody,
   StateQuery,
+  DeleteQuery,
   encodeListCursor,
   DEFAULT_MAX_ITERATIONS,
   DEFAULT_LIST_LIMIT,

@@ -82,6 +82,11 @@ export const ClusterQuery = z.object({ conversation: ConversationId.optional() }
 /** `?at_seq=`: a stream sequence of one of the conversation's events (absent: its last event). */
 export const StateQuery = z.object({ at_seq: z.string().optional() });
 
+/** `DELETE /api/conversations/:id?keep_workspace=true`: the workspace folder stays (default: it goes). */
+export const DeleteQuery = z.object({
+  keep_workspace: z.enum(['true', 'false'], 'keep_workspace is true or false').default('false'),
+});
+
 /** `POST /api/conversations/:id/fork`. */
 // Any number (not a number: BAD_REQUEST); one that is not one of the parent's events is a BAD_SEQ, as for GET .../state.
 export const ForkBody = z.object({ at_seq: z.number() }).strict();
@@ -110,9 +115,9 @@ export type ConversationState = z.infer<typeof ConversationState>;
 export const MAX_LIST_LIMIT = 1000;
 export const DEFAULT_LIST_LIMIT = 100;
 
-/** Where a list page starts: after this conversation, in newest-first order. */
+/** Where a list page starts: after this conversation (its place in its user's creation order), newest first. */
 export interface ListPosition {
-  created_at: string;
+  ordinal: number;
   conversation_id: string;
 }
 
@@ -121,17 +126,17 @@ export interface ListPosition {
  * as `?cursor=` unchanged. Only a cursor this server gave parses.
  */
 export function encodeListCursor(position: ListPosition): string {
-  const base64 = btoa(JSON.stringify([position.created_at, position.conversation_id]));
+  const base64 = btoa(JSON.stringify([position.ordinal, position.conversation_id]));
   return base64.replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '');
 }
 
-const CursorFields = z.tuple([z.iso.datetime(), ConversationId]);
+const CursorFields = z.tuple([z.number().int().min(0), ConversationId]);
 
 function decodeListCursor(cursor: string): ListPosition | undefined {
   try {
     const json = atob(cursor.replaceAll('-', '+').replaceAll('_', '/'));
     const parsed = CursorFields.safeParse(JSON.parse(json));
-    return parsed.success ? { created_at: parsed.data[0], conversation_id: parsed.data[1] } : undefined;
+    return parsed.success ? { ordinal: parsed.data[0], conversation_id: parsed.data[1] } : undefined;
   } catch {
     return undefined;
   }

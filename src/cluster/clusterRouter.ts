@@ -12,7 +12,7 @@ export interface RouterHost {
   /** Applies an action to the session here (claimed and brought back when needed); NotOwnerError when another node owns it. */
   actHere(conversationId: string, user: string, action: UserAction, clientId: string): Promise<AppendResult>;
   /** Deletes the conversation here (claimed when needed); NotOwnerError when another node owns it. */
-  deleteHere(conversationId: string, user: string): Promise<void>;
+  deleteHere(conversationId: string, user: string, keepWorkspace: boolean): Promise<void>;
   passivate(conversationId: string, reason: PassivationReason): Promise<void>;
 }
 
@@ -90,7 +90,7 @@ export class ClusterRouter {
       // Each says NotOwnerError when the conversation moved on from this node: the sender asks again.
       if (request.op === 'act')
         return { ok: true, ...(await this.#host.actHere(id, request.user, request.action, request.client_id)) };
-      await this.#host.deleteHere(id, request.user);
+      await this.#host.deleteHere(id, request.user, request.keep_workspace);
       return { ok: true };
     } catch (err) {
       return errorAnswer(err);

@@ -22,7 +22,12 @@ export const ForwardRequest = z.discriminatedUnion('op', [
     action: UserAction,
     client_id: z.string(),
   }),
-  z.object({ op: z.literal('delete'), conversation_id: z.string(), user: z.string() }),
+  z.object({
+    op: z.literal('delete'),
+    conversation_id: z.string(),
+    user: z.string(),
+    keep_workspace: z.boolean().default(false),
+  }),
   z.object({ op: z.literal('passivate'), conversation_id: z.string(), reason: PassivationReason }),
   /** The deltas of the agent step attempt under way, for a node whose clients joined late or missed some. */
   z.object({ op: z.literal('deltas'), conversation_id: z.string() }),

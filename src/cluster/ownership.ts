@@ -29,6 +29,8 @@ export interface Ownership {
   release(conversationId: string): Promise<void>;
   /** Forgets a claim without writing (the lease lapsed, or another writer took over). */
   forget(conversationId: string): void;
+  /** The conversation is deleted: its owner record goes, with no delete marker left behind. */
+  erase(conversationId: string): Promise<void>;
   /** Whether this node may still act as an owner: false once its lease may have lapsed. Cheap: no I/O. */
   leaseValid(): boolean;
   /** The nodes whose heartbeat is current, as they described themselves; none without a cluster. */
@@ -44,6 +46,7 @@ export const soloOwnership: Ownership = {
   claimNew: async () => undefined,
   release: async () => undefined,
   forget: () => undefined,
+  erase: async () => undefined,
   leaseValid: () => true,
   describeNodes: async () => [],
 };
@@ -214,6 +217,11 @@ export class ClusterOwnership implements Ownership {
 
   forget(conversationId: string): void {
     this.#held.delete(conversationId);
+  }
+
+  async erase(conversationId: string): Promise<void> {
+    this.#held.delete(conversationId);
+    await this.#store.erase(conversationId);
   }
 
   /**

@@ -69,8 +69,8 @@ export class SessionIndex implements SessionIndexHook {
     if (entry === undefined) return;
     try {
       if (comesBack(events) || !sameEntry(entry, this.#entry)) {
-        await this.#store.put(entry);
-        this.#entry = entry;
+        // The store gives a new entry its place in the user's order: the written entry carries it on.
+        this.#entry = await this.#store.put(entry, this.#entry);
       }
       const marker = markerAfterApply(this.#marker, entry, events);
       if (marker === 'unmark') {

@@ -30,8 +30,8 @@ export interface ConversationCommands {
   act(conversationId: string, user: string, action: UserAction, clientId?: string): Promise<AppendResult>;
   /** A new conversation of the user from the parent's events through `atSeq`; it runs here. */
   fork(parentId: string, user: string, atSeq: number): Promise<{ conversation_id: string }>;
-  /** Ends the conversation for good (`session_closed`, which its followers see), then purges it. */
-  delete(conversationId: string, user: string): Promise<void>;
+  /** Ends the conversation for good (`session_closed`, which its followers see), then removes all of it (its workspace unless `keepWorkspace`). */
+  delete(conversationId: string, user: string, keepWorkspace?: boolean): Promise<void>;
   /**
    * A client (re)connects: where its connection starts. Nothing is stored and
    * a conversation out of memory stays out, with one exception: when the log
@@ -136,16 +136,21 @@ export class HostCommands implements ConversationCommands {
     return this.#deps.forks.fork(parentId, user, atSeq);
   }
 
-  async delete(conversationId: string, user: string): Promise<void> {
-    const request = (): ForwardRequest => ({ op: 'delete', conversation_id: conversationId, user });
+  async delete(conversationId: string, user: string, keepWorkspace = false): Promise<void> {
+    const request = (): ForwardRequest => ({
+      op: 'delete',
+      conversation_id: conversationId,
+      user,
+      keep_workspace: keepWorkspace,
+    });
     await this.#deps.router.routed(conversationId, request, async () => {
-      await this.deleteHere(conversationId, user);
+      await this.deleteHere(conversationId, user, keepWorkspace);
       return { seq: 0, duplicate: false };
     });
   }
 
   /** Deletes a conversation this node owns (or claims, when it is free). */
-  async deleteHere(conversationId: string, user: string): Promise<void> {
+  async deleteHere(conversationId: string, user: string, keepWorkspace = false): Promise<void> {
     const { live, reads, ownership, logger } = this.#deps;
     await reads.entryOf(conversationId, user);
     if (!live.has(conversationId)) {
@@ -155,16 +160,18 @@ export class HostCommands implements ConversationCommands {
     }
     // A rehydration or a passivation under way finishes first: one session writes the end.
     await live.settled(conversationId);
-    const session = live.get(conversationId);
-    await this.#end(conversationId, session).catch((err) =>
-      logger.warn('session_closed not stored; deleting anyway', {
-        conversation_id: conversationId,
-        ...errorFields(err),
-      }),
-    );
-    live.remove(conversationId);
-    await session?.release('deleted');
-    await this.#deps.purge.purge(conversationId, user);
+    const record = { conversation_id: conversationId, user, keep_workspace: keepWorkspace };
+    await this.#deps.purge.delete(record, async () => {
+      const session = live.get(conversationId);
+      await this.#end(conversationId, session).catch((err) =>
+        logger.warn('session_closed not stored; deleting anyway', {
+          conversation_id: conversationId,
+          ...errorFields(err),
+        }),
+      );
+      live.remove(conversationId);
+      await session?.release('deleted');
+    });
   }
 
   async connect(conversationId: string, user: string): Promise<ConnectPoint> {

@@ -119,14 +119,14 @@ export class NodeHost {
         // Copied while the node began to drain: it leaves with the others.
         if (this.commands.draining) void live.passivate(session.conversationId, 'shutdown');
       },
-      purge: (id, user) => purge.purge(id, user, true),
+      purge: (id, user) => purge.purge(id, user, false),
     });
     this.#router = new ClusterRouter(
       {
         isLive: (id) => live.get(id) !== undefined,
         deltasHere: (id) => live.get(id)?.currentDeltas() ?? null,
         actHere: (id, user, action, clientId) => this.commands.actHere(id, user, action, clientId),
-        deleteHere: (id, user) => this.commands.deleteHere(id, user),
+        deleteHere: (id, user, keepWorkspace) => this.commands.deleteHere(id, user, keepWorkspace),
         passivate: (id, reason) => live.passivate(id, reason),
       },
       { ownership, bus: deps.bus },
@@ -167,7 +167,8 @@ export class NodeHost {
         ownership,
         logger,
         concurrency: limits.rehydrateConcurrency,
-        purge: (id, user, unanswered) => purge.purge(id, user, unanswered),
+        purge: (id, user) => purge.purge(id, user, false),
+        finishDelete: (record) => purge.finish(record),
       },
     );
   }

@@ -1,6 +1,6 @@
 import pLimit from 'p-limit';
 import { errorFields, type Logger } from '../logger.ts';
-import type { ConversationEntry, ConversationStore, EventLog, WorkMarker } from '../store/index.ts';
+import type { ConversationEntry, ConversationStore, DeleteRecord, EventLog, WorkMarker } from '../store/index.ts';
 import { settledAfterCrash, wasMidTask } from '../conversation/conversationIndex.ts';
 import type { Ownership } from '../cluster/ownership.ts';
 
@@ -20,8 +20,10 @@ export interface RecoveryDeps {
   logger: Logger;
   /** Markers looked at once. */
   concurrency: number;
-  /** Removes what is kept of a conversation that has no record; `unanswered`: half a creation or a fork (its workspace goes too). */
-  purge: (conversationId: string, user: string, unanswered: boolean) => Promise<void>;
+  /** Removes what is kept of a conversation that has no record (half a creation or a fork), its workspace included. */
+  purge: (conversationId: string, user: string) => Promise<void>;
+  /** Finishes a delete a process began and did not end. */
+  finishDelete: (record: DeleteRecord) => Promise<void>;
 }
 
 /**
@@ -32,7 +34,8 @@ export interface RecoveryDeps {
  * at, and only the unsettled ones' logs are read: an idle conversation costs
  * no log read. Only markers of conversations without a live owner (or owned
  * by this node) are taken: each is claimed first, and given up again when it
- * was idle. One run at a time; one asked for meanwhile runs after it.
+ * was idle. Deletes under way with no live owner are finished first (their
+ * markers are then not looked at). One run at a time; one asked for meanwhile runs after it.
  */
 export class WorkRecovery {
   readonly #host: RecoveryHost;
@@ -79,7 +82,8 @@ export class WorkRecovery {
   async #once(): Promise<number> {
     if (this.#stopped) return 0;
     const { conversations, log, ownership, logger } = this.#deps;
-    const markers = await conversations.markers();
+    const deleting = await this.#finishDeletes();
+    const markers = (await conversations.markers()).filter((m) => !deleting.has(m.conversation_id));
     const probe = pLimit(this.#deps.concurrency);
     const found = await Promise.all(
       markers.map((marker) =>
@@ -106,6 +110,26 @@ export class WorkRecovery {
     if (chosen.length > 0) logger.info('recovered conversations', { count: chosen.length });
     return chosen.length;
   }
+
+  /** Finishes the deletes whose process is gone (claimed first, like a marker); the ids of every delete under way. */
+  async #finishDeletes(): Promise<Set<string>> {
+    const { conversations, ownership, logger } = this.#deps;
+    const records = await conversations.deletions();
+    for (const record of records) {
+      const id = record.conversation_id;
+      try {
+        await this.#host.exclusive(id, async () => {
+          if (this.#host.here(id)) return;
+          if (!(await ownership.route(id)).local) return;
+          logger.info('finishing a delete a stopped process began', { conversation_id: id });
+          await this.#deps.finishDelete(record);
+        });
+      } catch (err) {
+        logger.warn('finishing a delete failed', { conversation_id: id, ...errorFields(err) });
+      }
+    }
+    return new Set(records.map((r) => r.conversation_id));
+  }
 }
 
 /**
@@ -120,15 +144,15 @@ export async function recoverMarker(
   marker: WorkMarker,
   conversations: ConversationStore,
   log: EventLog,
-  purge: (conversationId: string, user: string, unanswered: boolean) => Promise<void>,
+  purge: (conversationId: string, user: string) => Promise<void>,
 ): Promise<ConversationEntry | undefined> {
   const id = marker.conversation_id;
   const entry = await conversations.get(marker.user, id);
   if (!entry) {
-    // No record: a delete that removed it but not yet the marker (its events were purged first),
-    // or a creation or a fork cut off before its record was written (never listed, never
-    // answered): what it stored goes, and, for the latter, its workspace.
-    await purge(id, marker.user, (await log.lastSeq(id)) > 0);
+    // No record: a creation or a fork cut off before its record was written (never listed,
+    // never answered): what it stored goes, its workspace too. (A delete removes the marker with
+    // the record, and one cut off before is finished from its delete record first.)
+    await purge(id, marker.user);
     return undefined;
   }
   // Not mid-task: the entry is what its last event (unsettled) or the entry itself (settled) says, out of memory.

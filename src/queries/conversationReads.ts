@@ -83,7 +83,7 @@ export class ConversationReads {
     const { items, more } = await this.#deps.conversations.list(user, page);
     const read = pLimit(LIST_CONCURRENCY);
     const summaries = await Promise.all(
-      items.map(({ running_since: _, ...entry }) =>
+      items.map(({ running_since: _, ordinal: __, ...entry }) =>
         read(async () => ({
           ...entry,
           // This process knows what it holds; the entry's flag may be left over from a process that died.
@@ -95,7 +95,7 @@ export class ConversationReads {
     const last = items.at(-1);
     return {
       items: summaries,
-      next: more && last ? { created_at: last.created_at, conversation_id: last.conversation_id } : null,
+      next: more && last ? { ordinal: last.ordinal ?? 0, conversation_id: last.conversation_id } : null,
     };
   }
 

@@ -6,6 +6,7 @@ import {
   ClusterQuery,
   ConversationsQuery,
   CreateConversationBody,
+  DeleteQuery,
   encodeListCursor,
   EventsQuery,
   ForkBody,
@@ -156,8 +157,9 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
     [
       'DELETE',
       /^\/api\/conversations\/([^/]+)$/,
-      async ({ user, params }) => {
-        await commands.delete(params[0]!, user);
+      async ({ user, params, url }) => {
+        const q = DeleteQuery.parse(Object.fromEntries(url.searchParams));
+        await commands.delete(params[0]!, user, q.keep_workspace === 'true');
         return { status: 204 };
       },
     ],

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { assertConversationId } from './assertConversationId.ts';
 import { StoreSettingsError } from './errors.ts';
 import { toStoreError } from './natsErrors.ts';
+import { isWrongLastSequence, removeKey } from './kvRemove.ts';
 import { openBucket, type Replication } from './streamSettings.ts';
 
 export const DEFAULT_NODES_BUCKET = 'tether_nodes';
@@ -63,18 +64,11 @@ export interface ClusterStore {
   claim(conversationId: string, record: OwnerRecord, revision: number | null): Promise<number | null>;
   /** Deletes the record if it is still at `revision`; false when it moved on. */
   release(conversationId: string, revision: number): Promise<boolean>;
+  /** Removes the record, and any delete marker of it, whoever holds it (the conversation is deleted). */
+  erase(conversationId: string): Promise<void>;
 }
 
 const beatKey = (nodeId: string) => `n.${Buffer.from(nodeId).toString('base64url')}`;
-
-/** Another writer changed the key first (the compare-and-set lost). */
-function isWrongLastSequence(err: unknown): boolean {
-  return (
-    err instanceof JetStreamApiError &&
-    (err.code === JetStreamApiCodes.StreamWrongLastSequence ||
-      err.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
-  );
-}
 
 /** The cluster's state in two KV buckets: heartbeats (TTL one lease) and owner records. */
 export class KvClusterStore implements ClusterStore {
@@ -206,6 +200,15 @@ export class KvClusterStore implements ClusterStore {
       throw toStoreError(err, `releasing ${conversationId}`);
     }
   }
+
+  async erase(conversationId: string): Promise<void> {
+    assertConversationId(conversationId);
+    try {
+      await removeKey(this.#owners, conversationId);
+    } catch (err) {
+      throw toStoreError(err, `erasing the owner of ${conversationId}`);
+    }
+  }
 }
 
 function safeJson(read: () => unknown): unknown {
@@ -299,5 +302,6 @@ export function memoryClusterStore(leaseMs: number, now: () => number = () => pe
       owners.delete(id);
       return true;
     },
+    erase: async (id) => void owners.delete(id),
   };
 }

@@ -6,6 +6,12 @@ import { assertConversationId } from './assertConversationId.ts';
  *   user name in base64url, so any name is a key token and no user's prefix
  *   is another's);
  * - `w.<conversation_id>`: the conversation's work marker;
+ * - `c.<user>`: the user's creation counter, `p.<user>.<n>`: page `n` of the
+ *   user's creation order (`kvConversationOrder.ts`);
+ * - `r.<user>.<conversation_id>`: while the conversation's entry says running
+ *   (what the per-user running cap reads);
+ * - `d.<conversation_id>`: a delete under way (recovery finishes it);
+ * - `x.order`: written once every entry of the layout before the creation order has one;
  * - a bare `<conversation_id>`: a record of the layout before these (migrated when the store opens).
  */
 export function userToken(user: string): string {
@@ -23,6 +29,30 @@ export function entryKey(user: string, conversationId: string): string {
 }
 
 export const MARKER_PREFIX = 'w.';
+export const DELETING_PREFIX = 'd.';
+export const ORDER_DONE_KEY = 'x.order';
+
+export function counterKey(user: string): string {
+  return `c.${userToken(user)}`;
+}
+
+export function orderPagePrefix(user: string): string {
+  return `p.${userToken(user)}.`;
+}
+
+export function runningPrefix(user: string): string {
+  return `r.${userToken(user)}.`;
+}
+
+export function runningKey(user: string, conversationId: string): string {
+  assertConversationId(conversationId);
+  return `${runningPrefix(user)}${conversationId}`;
+}
+
+export function deletingKey(conversationId: string): string {
+  assertConversationId(conversationId);
+  return `${DELETING_PREFIX}${conversationId}`;
+}
 
 export function markerKey(conversationId: string): string {
   assertConversationId(conversationId);

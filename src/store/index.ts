@@ -24,6 +24,8 @@ export {
 } from './deltaChannel.ts';
 export {
   ConversationEntry,
+  DeleteRecord,
+  RunningEntry,
   WorkMarker,
   type ConversationStore,
   type EntryPage,

@@ -1,22 +1,39 @@
 import type { NatsConnection } from '@nats-io/transport-node';
+import pLimit from 'p-limit';
 import type { KV } from '@nats-io/kv';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { openBucket, type Replication } from './streamSettings.ts';
-import type { ZodType } from 'zod';
-import { entryKey, isLegacyKey, MARKER_PREFIX, markerKey, userPrefix } from './conversationKeys.ts';
-import { pageOf } from './conversationOrder.ts';
+import { z, type ZodType } from 'zod';
+import {
+  DELETING_PREFIX,
+  deletingKey,
+  entryKey,
+  isLegacyKey,
+  MARKER_PREFIX,
+  markerKey,
+  ORDER_DONE_KEY,
+  runningKey,
+  runningPrefix,
+} from './conversationKeys.ts';
 import {
   ConversationEntry,
+  DeleteRecord,
+  RunningEntry,
   WorkMarker,
   type ConversationStore,
   type EntryPage,
   type ListPosition,
 } from './conversationStore.ts';
+import { KvConversationOrder } from './kvConversationOrder.ts';
+import { removeKey } from './kvRemove.ts';
 import { LegacyRecord, migrateLegacyRecord } from './legacyConversationRecord.ts';
 import { pullBytes } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
-import { scanKv, type KvScanDeps } from './kvScan.ts';
+import { scanKv, scanKvWithDeletes, type KvScanDeps } from './kvScan.ts';
 import { OrderedConsumers } from './orderedConsumers.ts';
+
+/** Entry gets at once for one list page. */
+const GET_CONCURRENCY = 16;
 
 export const DEFAULT_CONVERSATION_BUCKET = 'tether_conversations';
 
@@ -27,23 +44,45 @@ export interface KvConversationStoreOptions extends Replication {
 
 /**
  * Conversation entries and work markers in one JetStream KV bucket (layout in
- * `conversationKeys.ts`), one revision kept. A user's list reads only the
- * keys under that user's prefix (one ordered consumer); an ownership check
- * is one get. The bucket can be written by anything on the NATS account, so
+ * `conversationKeys.ts`), one revision kept. A user's list reads about one
+ * page (`KvConversationOrder`), the running cap only the user's running keys,
+ * recovery the work markers and deletes under way; an ownership check is one
+ * get. Removals purge the key's subject: no delete marker is left to grow
+ * with every conversation that ever was. The bucket can be written by anything on the NATS account, so
  * values are parsed with their schema on read: a value that does not match
  * makes the read fail rather than pass bad data in.
  */
 export class KvConversationStore implements ConversationStore {
   readonly #kv: KV;
   readonly #scan: KvScanDeps;
+  readonly #order: KvConversationOrder;
 
   constructor(nc: NatsConnection, jsm: JetStreamManager, kv: KV, bucket: string) {
     this.#kv = kv;
     this.#scan = { consumers: new OrderedConsumers(nc), jsm, kv, bucket, maxBytes: pullBytes(nc) };
+    this.#order = new KvConversationOrder(kv, jsm, bucket);
   }
 
-  async put(entry: ConversationEntry): Promise<void> {
-    await this.#put(entryKey(entry.user, entry.conversation_id), entry, `saving conversation ${entry.conversation_id}`);
+  async put(entry: ConversationEntry, was?: ConversationEntry): Promise<ConversationEntry> {
+    const id = entry.conversation_id;
+    const doing = `saving conversation ${id}`;
+    let written = entry;
+    if (entry.ordinal === undefined) {
+      try {
+        written = { ...entry, ordinal: await this.#order.enter(entry.user, id) };
+      } catch (err) {
+        throw toStoreError(err, doing);
+      }
+    }
+    const running = written.state === 'running' && written.running_since !== undefined;
+    const wasRunning = was === undefined || was.state === 'running';
+    await Promise.all([
+      this.#put(entryKey(entry.user, id), written, doing),
+      running
+        ? this.#put(runningKey(entry.user, id), { conversation_id: id, running_since: written.running_since }, doing)
+        : wasRunning && this.#remove(runningKey(entry.user, id), doing),
+    ]);
+    return written;
   }
 
   async get(user: string, conversationId: string): Promise<ConversationEntry | undefined> {
@@ -56,21 +95,58 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async list(user: string, page: { limit: number; after?: ListPosition }): Promise<EntryPage> {
-    const prefix = userPrefix(user);
-    const values = await this.#values(prefix, 'listing conversations');
-    const entries = values.map(({ key, value }) => {
-      const entry = parse(key, value, ConversationEntry);
-      if (entry.user !== user || key !== prefix + entry.conversation_id) {
-        throw new Error(`conversation entry ${key} names another conversation or user`);
-      }
-      return entry;
+    const resolve = (ids: string[]) => {
+      const get = pLimit(GET_CONCURRENCY);
+      return Promise.all(ids.map((id) => get(() => this.get(user, id))));
+    };
+    try {
+      return await this.#order.page(user, page.limit, page.after?.ordinal, resolve);
+    } catch (err) {
+      throw toStoreError(err, 'listing conversations');
+    }
+  }
+
+  async running(user: string): Promise<RunningEntry[]> {
+    const prefix = runningPrefix(user);
+    const values = await this.#values(prefix, 'listing running conversations');
+    return values.map(({ key, value }) => {
+      const running = parse(key, value, RunningEntry);
+      if (key !== prefix + running.conversation_id) throw new Error(`running key ${key} names another conversation`);
+      return running;
     });
-    return pageOf(entries, page);
   }
 
   async delete(user: string, conversationId: string): Promise<void> {
-    await this.#delete(entryKey(user, conversationId), `deleting conversation ${conversationId}`);
+    const doing = `deleting conversation ${conversationId}`;
+    // An entry that does not parse is removed all the same (its place, if any, goes once stale).
+    const entry = await this.get(user, conversationId).catch(() => undefined);
+    try {
+      if (entry?.ordinal !== undefined) await this.#order.leave(user, conversationId, entry.ordinal);
+    } catch (err) {
+      throw toStoreError(err, doing);
+    }
+    await this.#remove(runningKey(user, conversationId), doing);
+    await this.#remove(entryKey(user, conversationId), doing);
     await this.unmark(conversationId);
+  }
+
+  async beginDelete(record: DeleteRecord): Promise<void> {
+    const id = record.conversation_id;
+    await this.#put(deletingKey(id), record, `recording the delete of ${id}`);
+  }
+
+  async deletions(): Promise<DeleteRecord[]> {
+    const values = await this.#values(DELETING_PREFIX, 'listing deletes under way');
+    return values.map(({ key, value }) => {
+      const record = parse(key, value, DeleteRecord);
+      if (key !== DELETING_PREFIX + record.conversation_id)
+        throw new Error(`delete record ${key} names another conversation`);
+      return record;
+    });
+  }
+
+  async endDelete(conversationId: string): Promise<void> {
+    await this.#remove(deletingKey(conversationId), `ending the delete of ${conversationId}`);
   }
 
   async mark(marker: WorkMarker): Promise<void> {
@@ -78,7 +154,7 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async unmark(conversationId: string): Promise<void> {
-    await this.#delete(markerKey(conversationId), `unmarking conversation ${conversationId}`);
+    await this.#remove(markerKey(conversationId), `unmarking conversation ${conversationId}`);
   }
 
   async markers(): Promise<WorkMarker[]> {
@@ -117,7 +193,39 @@ export class KvConversationStore implements ConversationStore {
       }
       await this.#delete(key, `migrating conversation ${key}`);
     }
-    return keys.length;
+    return keys.length + (await this.#enterOrder());
+  }
+
+  /**
+   * Once per bucket: gives every entry written before the creation order
+   * (no `ordinal`) its place, oldest first, and its running key, and removes
+   * the delete markers earlier versions left (every listing read them). The
+   * one read of the whole bucket, at the first start of this version;
+   * `x.order` says it is done.
+   */
+  async #enterOrder(): Promise<number> {
+    if (await this.#get(ORDER_DONE_KEY, z.unknown(), 'reading the order migration')) return 0;
+    let all;
+    try {
+      all = await scanKvWithDeletes(this.#scan, '');
+    } catch (err) {
+      throw toStoreError(err, 'reading the bucket to order it');
+    }
+    const unordered = all
+      .flatMap(({ key, value }) =>
+        value !== null && key.startsWith('u.') ? [parse(key, value, ConversationEntry)] : [],
+      )
+      .filter((entry) => entry.ordinal === undefined)
+      .sort(
+        (a, b) =>
+          Date.parse(a.created_at) - Date.parse(b.created_at) || (a.conversation_id < b.conversation_id ? -1 : 1),
+      );
+    for (const entry of unordered) await this.put(entry);
+    // Bounded by the marker's revision: a key written again since keeps its value.
+    for (const { key, value, revision } of all)
+      if (value === null && revision > 0) await this.#remove(key, 'removing old delete markers', revision);
+    await this.#put(ORDER_DONE_KEY, { at: new Date().toISOString() }, 'writing the order migration');
+    return unordered.length;
   }
 
   async #put(key: string, value: unknown, doing: string): Promise<void> {
@@ -142,6 +250,14 @@ export class KvConversationStore implements ConversationStore {
   async #delete(key: string, doing: string): Promise<void> {
     try {
       await this.#kv.delete(key);
+    } catch (err) {
+      throw toStoreError(err, doing);
+    }
+  }
+
+  async #remove(key: string, doing: string, throughRevision?: number): Promise<void> {
+    try {
+      await removeKey(this.#kv, key, throughRevision);
     } catch (err) {
       throw toStoreError(err, doing);
     }

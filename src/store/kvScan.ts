@@ -33,6 +33,15 @@ export interface KvScanDeps {
  * the scan did not settle is read with a get. Deleted and purged keys are left out.
  */
 export async function scanKv(deps: KvScanDeps, keyPrefix: string): Promise<KvValue[]> {
+  const all = await scanKvWithDeletes(deps, keyPrefix);
+  return all.flatMap(({ key, value }) => (value === null ? [] : [{ key, value }]));
+}
+
+/** As `scanKv`, with deleted and purged keys too (value null), each with the revision read. */
+export async function scanKvWithDeletes(
+  deps: KvScanDeps,
+  keyPrefix: string,
+): Promise<Array<{ key: string; value: Uint8Array | null; revision: number }>> {
   const subjectPrefix = `$KV.${deps.bucket}.`;
   const filter = `${subjectPrefix}${keyPrefix}>`;
   const stream = `KV_${deps.bucket}`;
@@ -44,9 +53,11 @@ export async function scanKv(deps: KvScanDeps, keyPrefix: string): Promise<KvVal
   for (let i = 0; i < missing.length; i += FILL_CONCURRENCY) {
     const batch = missing.slice(i, i + FILL_CONCURRENCY);
     const entries = await Promise.all(batch.map((key) => deps.kv.get(key)));
-    entries.forEach((entry, j) => found.set(batch[j]!, entry?.operation === 'PUT' ? entry.value : null));
+    entries.forEach((entry, j) =>
+      found.set(batch[j]!, { value: entry?.operation === 'PUT' ? entry.value : null, revision: entry?.revision ?? 0 }),
+    );
   }
-  return [...found].flatMap(([key, value]) => (value === null ? [] : [{ key, value }]));
+  return [...found].map(([key, read]) => ({ key, ...read }));
 }
 
 /**
@@ -61,8 +72,8 @@ async function streamValues(
   subjectPrefix: string,
   wanted: ReadonlySet<string>,
   endSeq: number,
-): Promise<Map<string, Uint8Array | null>> {
-  const values = new Map<string, Uint8Array | null>();
+): Promise<Map<string, { value: Uint8Array | null; revision: number }>> {
+  const values = new Map<string, { value: Uint8Array | null; revision: number }>();
   const consumer = await deps.consumers.get(stream, {
     filter_subjects: filter, // a string: 2.9 has no multi-filter consumers
     deliver_policy: DeliverPolicy.All,
@@ -84,7 +95,7 @@ async function streamValues(
         const key = m.subject.slice(subjectPrefix.length);
         if (wanted.has(key) && !values.has(key)) settled += 1;
         const op = m.headers?.get('KV-Operation');
-        values.set(key, op === 'DEL' || op === 'PURGE' ? null : m.data);
+        values.set(key, { value: op === 'DEL' || op === 'PURGE' ? null : m.data, revision: m.seq });
         // Past the stream's end at the start, everything is a rewrite the gets will read.
         if (settled === wanted.size || m.info.pending === 0 || m.seq >= endSeq) break;
       }

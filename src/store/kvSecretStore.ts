@@ -1,6 +1,7 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
 import { assertConversationId } from './assertConversationId.ts';
+import { removeKey } from './kvRemove.ts';
 import { toStoreError } from './natsErrors.ts';
 import { assertSecretsKey, seal, unseal } from './secretSeal.ts';
 import type { SecretStore } from './secretStore.ts';
@@ -55,8 +56,8 @@ export class KvSecretStore implements SecretStore {
   async delete(conversationId: string): Promise<void> {
     assertConversationId(conversationId);
     try {
-      // A purge, not a delete: no earlier revision survives even if the bucket keeps history.
-      await this.#kv.purge(conversationId);
+      // A purge of the subject: no earlier revision survives, and no marker is left behind.
+      await removeKey(this.#kv, conversationId);
     } catch (err) {
       throw toStoreError(err, `deleting the secrets of ${conversationId}`);
     }

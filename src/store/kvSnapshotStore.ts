@@ -1,6 +1,7 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
 import { assertConversationId } from './assertConversationId.ts';
+import { removeKey } from './kvRemove.ts';
 import { toStoreError } from './natsErrors.ts';
 import { SnapshotRecord, type SnapshotStore } from './snapshotStore.ts';
 import { openBucket, type Replication } from './streamSettings.ts';
@@ -50,7 +51,7 @@ export class KvSnapshotStore implements SnapshotStore {
   async delete(conversationId: string): Promise<void> {
     assertConversationId(conversationId);
     try {
-      await this.#kv.delete(conversationId);
+      await removeKey(this.#kv, conversationId);
     } catch (err) {
       throw toStoreError(err, `deleting the snapshot of ${conversationId}`);
     }

@@ -96,7 +96,7 @@ describe('deleting a conversation', () => {
     }
   });
 
-  it('leaves a conversation whose purge failed ended: it is not brought back, and deleting it again finishes', async () => {
+  it('records a delete before it removes anything: one cut off is gone for its user, and recovery finishes it', async () => {
     const { m, log, purged, idle } = setup(1);
     try {
       const { conversation_id: id } = await m.commands.create('local', body);
@@ -106,9 +106,11 @@ describe('deleting a conversation', () => {
         'session_closed',
         'agent_state_changed stopped',
       ]);
+      // Its index entry went first: its user no longer finds it, nor can delete it again.
       await expect(m.session(id, 'local')).rejects.toBeInstanceOf(ConversationNotFoundError);
+      await expect(m.commands.delete(id, 'local')).rejects.toBeInstanceOf(ConversationNotFoundError);
 
-      await m.commands.delete(id, 'local');
+      await m.recover();
       expect(kinds(purged.get(id)!).filter((k) => k === 'session_closed')).toHaveLength(1);
       expect((await log.read(id)).items).toEqual([]);
     } finally {

@@ -3,7 +3,7 @@ import { agentStateOf, foldEvents, statePaths, traceLog } from '../../machines/i
 import { scriptedAgent, type Agent } from '../../src/agent/index.ts';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { memoryRuntimeProvider, type CommandHandler } from '../../src/runtime/memoryRuntime.ts';
-import { BadSeqError, ConversationNotFoundError, IllegalTransitionError } from '../../src/errors.ts';
+import { BadSeqError, ConversationNotFoundError } from '../../src/errors.ts';
 import type { NodeHost } from '../../src/host/index.ts';
 import {
   memoryStores,
@@ -299,7 +299,7 @@ describe('a fork', () => {
     await m.shutdown();
   });
 
-  it('of a fork names its own parent; a fork at an event after which the parent had ended is refused', async () => {
+  it('of a fork names its own parent; a fork of a parent whose delete was cut off is refused', async () => {
     let failPurges = 1;
     const { log, manager } = setup({
       log: (inner) =>
@@ -324,10 +324,10 @@ describe('a fork', () => {
       first,
     ]);
 
-    // A delete whose purge failed leaves the log ending with session_closed, and the record: nothing to fork there.
+    // A delete whose purge failed leaves the log ending with session_closed, but not the record: nothing to fork.
     await expect(m.commands.delete(parent, 'local')).rejects.toThrow(/store is down/);
     const closed = (await events(log, parent)).findLast((l) => l.event.type === 'session_closed')!;
-    await expect(m.commands.fork(parent, 'local', closed.seq)).rejects.toThrow(IllegalTransitionError);
+    await expect(m.commands.fork(parent, 'local', closed.seq)).rejects.toThrow(ConversationNotFoundError);
     await m.shutdown();
   });
 

@@ -1,0 +1,174 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { KV } from '@nats-io/kv';
+import type { JetStreamManager } from '@nats-io/jetstream';
+import { z, type ZodType } from 'zod';
+import { ConversationId } from '../../protocol/index.ts';
+import { counterKey, orderPagePrefix } from './conversationKeys.ts';
+import type { ConversationEntry } from './conversationStore.ts';
+import { isWrongLastSequence, removeKey } from './kvRemove.ts';
+
+/** Places per page of a user's creation order. */
+export const ORDER_PAGE_SIZE = 64;
+/** A place whose entry is still missing this long after it was taken is left from a creation cut off: it goes. */
+const STALE_PLACE_MS = 60_000;
+/** Compare-and-set rounds before a change gives up (writers of one user's order contend only at once). */
+const CAS_ROUNDS = 100;
+
+const Counter = z.object({ next: z.number().int().min(0) });
+/** A place: [ordinal, conversation id, when it was taken (epoch ms)]. */
+const Place = z.tuple([z.number().int().min(0), ConversationId, z.number()]);
+type Place = z.infer<typeof Place>;
+const OrderPage = z.object({ places: z.array(Place) });
+type OrderPage = z.infer<typeof OrderPage>;
+
+/** Reads entries by id, in order; undefined for one that is not there. */
+export type ResolveEntries = (ids: string[]) => Promise<(ConversationEntry | undefined)[]>;
+
+/**
+ * Each user's conversations in creation order, so that a list page reads
+ * about one page whatever the user's history: a counter (`c.<user>`) hands
+ * out ordinals, and page `n` (`p.<user>.<n>`) holds the places of ordinals
+ * `n*64` to `n*64+63` still taken. Both change by compare-and-set. A page
+ * emptied by deletes is removed with a purge bounded by its revision (a
+ * place taken meanwhile stays), so pages grow with the conversations that
+ * exist, never with those deleted. A list asks the stream which pages exist
+ * (one request, one name per 64 conversations), then reads pages from the
+ * newest until it has its items, and gets only those items' entries.
+ */
+export class KvConversationOrder {
+  readonly #kv: KV;
+  readonly #jsm: JetStreamManager;
+  readonly #bucket: string;
+  /** Changes of one key made by this process, one after another: they contend only with other processes'. */
+  readonly #queues = new Map<string, Promise<unknown>>();
+
+  constructor(kv: KV, jsm: JetStreamManager, bucket: string) {
+    this.#kv = kv;
+    this.#jsm = jsm;
+    this.#bucket = bucket;
+  }
+
+  /** Takes the user's next place for the conversation; its ordinal. */
+  async enter(user: string, conversationId: string): Promise<number> {
+    const counted = await this.#change(counterKey(user), Counter, (counter) => ({ next: (counter?.next ?? 0) + 1 }));
+    const ordinal = counted.value.next - 1;
+    const place: Place = [ordinal, conversationId, Date.now()];
+    await this.#change(pageKey(user, ordinal), OrderPage, (page) => ({
+      places: [...(page?.places ?? []).filter(([o]) => o !== ordinal), place],
+    }));
+    return ordinal;
+  }
+
+  /** Gives the place back; the page goes when it holds no other. */
+  async leave(user: string, conversationId: string, ordinal: number): Promise<void> {
+    const key = pageKey(user, ordinal);
+    const changed = await this.#change(key, OrderPage, (page) => ({
+      places: (page?.places ?? []).filter(([o, id]) => o !== ordinal || id !== conversationId),
+    }));
+    if (changed.value.places.length === 0) await removeKey(this.#kv, key, changed.revision);
+  }
+
+  /**
+   * The user's entries newest first after `after` (an ordinal), at most
+   * `limit`, and whether more follow. A place whose entry is gone, or names
+   * another place, is skipped (and given back once stale).
+   */
+  async page(
+    user: string,
+    limit: number,
+    after: number | undefined,
+    resolve: ResolveEntries,
+  ): Promise<{ items: ConversationEntry[]; more: boolean }> {
+    const found: ConversationEntry[] = [];
+    const stale: Place[] = [];
+    for (const n of await this.#pages(user)) {
+      if (after !== undefined && n * ORDER_PAGE_SIZE >= after) continue;
+      const read = await this.#read(`${orderPagePrefix(user)}${n}`, OrderPage);
+      const places = (read?.value.places ?? [])
+        .filter(([o]) => after === undefined || o < after)
+        .sort((a, b) => b[0] - a[0]);
+      for (let i = 0; i < places.length && found.length <= limit;) {
+        const batch = places.slice(i, i + limit + 1 - found.length);
+        i += batch.length;
+        const entries = await resolve(batch.map(([, id]) => id));
+        batch.forEach((place, j) => {
+          const entry = entries[j];
+          if (entry?.ordinal === place[0]) found.push(entry);
+          else if (entry !== undefined || Date.now() - place[2] > STALE_PLACE_MS) stale.push(place);
+        });
+      }
+      if (found.length > limit) break;
+    }
+    for (const [ordinal, id] of stale) await this.leave(user, id, ordinal);
+    return { items: found.slice(0, limit), more: found.length > limit };
+  }
+
+  /** The numbers of the user's pages, newest first: the stream's subject index, one request. */
+  async #pages(user: string): Promise<number[]> {
+    const prefix = `$KV.${this.#bucket}.${orderPagePrefix(user)}`;
+    const info = await this.#jsm.streams.info(`KV_${this.#bucket}`, { subjects_filter: `${prefix}*` });
+    return Object.keys(info.state.subjects ?? {})
+      .map((subject) => Number(subject.slice(prefix.length)))
+      .filter((n) => Number.isSafeInteger(n) && n >= 0)
+      .sort((a, b) => b - a);
+  }
+
+  async #read<T>(key: string, schema: ZodType<T>): Promise<{ value: T; revision: number } | undefined> {
+    const found = await this.#kv.get(key);
+    if (found === null || found.operation !== 'PUT') return undefined;
+    const parsed = schema.safeParse(safeJson(found.value));
+    if (!parsed.success) throw new Error(`conversation order value ${key} is invalid`, { cause: parsed.error });
+    return { value: parsed.data, revision: found.revision };
+  }
+
+  /** Compare-and-set `change` of the key's value (undefined: none yet); the value written and its revision. */
+  #change<T>(
+    key: string,
+    schema: ZodType<T>,
+    change: (value: T | undefined) => T,
+  ): Promise<{ value: T; revision: number }> {
+    const turn = (this.#queues.get(key) ?? Promise.resolve()).then(
+      () => this.#cas(key, schema, change),
+      () => this.#cas(key, schema, change),
+    );
+    this.#queues.set(key, turn);
+    void turn.then(
+      () => this.#queues.get(key) === turn && this.#queues.delete(key),
+      () => this.#queues.get(key) === turn && this.#queues.delete(key),
+    );
+    return turn;
+  }
+
+  async #cas<T>(
+    key: string,
+    schema: ZodType<T>,
+    change: (value: T | undefined) => T,
+  ): Promise<{ value: T; revision: number }> {
+    for (let round = 0; round < CAS_ROUNDS; round++) {
+      if (round > 0) await sleep(Math.random() * Math.min(50, round * 2));
+      const read = await this.#read(key, schema);
+      const value = change(read?.value);
+      try {
+        const json = JSON.stringify(value);
+        const revision =
+          read === undefined ? await this.#kv.create(key, json) : await this.#kv.update(key, json, read.revision);
+        return { value, revision };
+      } catch (err) {
+        if (!isWrongLastSequence(err)) throw err;
+      }
+    }
+    throw new Error(`conversation order key ${key}: ${CAS_ROUNDS} writers in a row changed it first`);
+  }
+}
+
+function pageKey(user: string, ordinal: number): string {
+  return `${orderPagePrefix(user)}${Math.floor(ordinal / ORDER_PAGE_SIZE)}`;
+}
+
+function safeJson(bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    return undefined;
+  }
+}
