@@ -48,7 +48,11 @@ export async function scanKvWithDeletes(
   const info = await deps.jsm.streams.info(stream, { subjects_filter: filter });
   const keys = Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(subjectPrefix.length));
   if (keys.length === 0) return [];
-  const found = await streamValues(deps, stream, filter, subjectPrefix, new Set(keys), info.state.last_seq);
+  // A few keys (a user's running set, usually) cost fewer round trips as gets than as a consumer.
+  const found =
+    keys.length <= FILL_CONCURRENCY
+      ? new Map<string, { value: Uint8Array | null; revision: number }>()
+      : await streamValues(deps, stream, filter, subjectPrefix, new Set(keys), info.state.last_seq);
   const missing = keys.filter((key) => !found.has(key));
   for (let i = 0; i < missing.length; i += FILL_CONCURRENCY) {
     const batch = missing.slice(i, i + FILL_CONCURRENCY);
