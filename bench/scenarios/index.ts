@@ -8,6 +8,7 @@ import { density } from './density.ts';
 import { failover } from './failover.ts';
 import { fanOut } from './fanOut.ts';
 import { heap } from './heap.ts';
+import { history } from './history.ts';
 import { read } from './read.ts';
 import { rehydrate } from './rehydrate.ts';
 import { resume } from './resume.ts';
@@ -28,4 +29,5 @@ export const SCENARIOS: readonly Scenario[] = [
   cluster,
   timeTravel,
   streaming,
+  history,
 ];
