@@ -28,13 +28,16 @@ export async function capAcrossCluster(session: Session, deps: ClusterCapDeps): 
   let here = 0;
   for (const s of deps.live.values())
     if (s !== session && !s.released && s.user === user && s.state === 'running') here += 1;
-  let excess = here + remote.length + 1 - deps.maxRunningPerUser;
   remote.sort((a, b) => a.running_since - b.running_since);
-  for (const victim of remote) {
-    if (excess <= 0) return;
-    const id = victim.conversation_id;
+  // Only those a live node runs count (a key left by a node that died, recovery not done yet, does not).
+  const owned: Array<{ id: string; node: string }> = [];
+  for (const { conversation_id: id } of remote) {
     const node = await deps.router.ownerElsewhere(id);
-    if (node === null) continue;
+    if (node !== null) owned.push({ id, node });
+  }
+  let excess = here + owned.length + 1 - deps.maxRunningPerUser;
+  for (const { id, node } of owned) {
+    if (excess <= 0) return;
     excess -= 1;
     deps.logger.info('per-user cap: a conversation on another node leaves memory', { conversation_id: id, node });
     deps.status.publish(id, TOO_MANY_CONVERSATIONS);
@@ -42,7 +45,7 @@ export async function capAcrossCluster(session: Session, deps: ClusterCapDeps): 
   }
 }
 
-/** The user's conversations whose entry says running, other than `except` and those live here. */
+/** The user's conversations whose entry says running in memory, other than `except` and those live here. */
 async function runningElsewhere(deps: ClusterCapDeps, user: string, except: string): Promise<RunningEntry[]> {
   const running = await deps.conversations.running(user);
   return running.filter(({ conversation_id: id }) => id !== except && !deps.live.get(id));

@@ -102,7 +102,7 @@ export class NodeHost {
     });
     const reads = new ConversationReads({ ...deps, checkpoints }, (id) => live.get(id));
     this.queries = new HostQueries({ reads, ownership, liveCount: () => live.size, clock });
-    const purge = new ConversationPurge({ ...deps, checkpoints, secrets, ownership });
+    const purge = new ConversationPurge({ ...deps, checkpoints, secrets, ownership, logger });
     const forks = new ConversationForks({
       ...deps,
       checkpoints,

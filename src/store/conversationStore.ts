@@ -24,7 +24,7 @@ export const ConversationEntry = z.object({
 });
 export type ConversationEntry = z.infer<typeof ConversationEntry>;
 
-/** One of a user's conversations whose entry says running: all the per-user running cap reads. */
+/** One of a user's conversations whose entry says running in memory: all the per-user running cap reads. */
 export const RunningEntry = z.object({ conversation_id: ConversationId, running_since: z.number().int() });
 export type RunningEntry = z.infer<typeof RunningEntry>;
 
@@ -80,7 +80,7 @@ export interface ConversationStore {
   get(user: string, conversationId: string): Promise<ConversationEntry | undefined>;
   /** One page of the user's entries, newest first (by creation), after `after` when given. */
   list(user: string, page: { limit: number; after?: ListPosition }): Promise<EntryPage>;
-  /** The user's conversations whose entry says running, in no particular order. */
+  /** The user's conversations whose entry says running in memory, in no particular order. */
   running(user: string): Promise<RunningEntry[]>;
   /** Removes the user's entry, its place in the order, its running key and the conversation's work marker; unknown ones are a no-op. */
   delete(user: string, conversationId: string): Promise<void>;

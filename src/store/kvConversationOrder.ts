@@ -9,8 +9,12 @@ import { isWrongLastSequence, removeKey } from './kvRemove.ts';
 
 /** Places per page of a user's creation order. */
 export const ORDER_PAGE_SIZE = 64;
-/** A place whose entry is still missing this long after it was taken is left from a creation cut off: it goes. */
-const STALE_PLACE_MS = 60_000;
+/**
+ * A place whose entry is still missing this long after it was taken is left
+ * from a creation cut off: it goes. Long, because the clock that stamped it is
+ * another node's.
+ */
+const STALE_PLACE_MS = 15 * 60_000;
 /** Compare-and-set rounds before a change gives up (writers of one user's order contend only at once). */
 const CAS_ROUNDS = 100;
 
@@ -51,7 +55,7 @@ export class KvConversationOrder {
   /** Takes the user's next place for the conversation; its ordinal. */
   async enter(user: string, conversationId: string): Promise<number> {
     const counted = await this.#change(counterKey(user), Counter, (counter) => ({ next: (counter?.next ?? 0) + 1 }));
-    const ordinal = counted.value.next - 1;
+    const ordinal = counted!.value.next - 1;
     const place: Place = [ordinal, conversationId, Date.now()];
     await this.#change(pageKey(user, ordinal), OrderPage, (page) => ({
       places: [...(page?.places ?? []).filter(([o]) => o !== ordinal), place],
@@ -62,10 +66,11 @@ export class KvConversationOrder {
   /** Gives the place back; the page goes when it holds no other. */
   async leave(user: string, conversationId: string, ordinal: number): Promise<void> {
     const key = pageKey(user, ordinal);
-    const changed = await this.#change(key, OrderPage, (page) => ({
-      places: (page?.places ?? []).filter(([o, id]) => o !== ordinal || id !== conversationId),
-    }));
-    if (changed.value.places.length === 0) await removeKey(this.#kv, key, changed.revision);
+    const changed = await this.#change(key, OrderPage, (page) => {
+      const places = page?.places.filter(([o, id]) => o !== ordinal || id !== conversationId);
+      return places === undefined || places.length === page?.places.length ? null : { places };
+    });
+    if (changed?.value.places.length === 0) await removeKey(this.#kv, key, changed.revision);
   }
 
   /**
@@ -94,12 +99,16 @@ export class KvConversationOrder {
         batch.forEach((place, j) => {
           const entry = entries[j];
           if (entry?.ordinal === place[0]) found.push(entry);
-          else if (entry !== undefined || Date.now() - place[2] > STALE_PLACE_MS) stale.push(place);
+          // Another place named (a duplicate of a migration), or none long after the place was taken.
+          // An entry without an ordinal may be taking this place right now: it stays.
+          else if (entry?.ordinal !== undefined || (entry === undefined && Date.now() - place[2] > STALE_PLACE_MS))
+            stale.push(place);
         });
       }
       if (found.length > limit) break;
     }
-    for (const [ordinal, id] of stale) await this.leave(user, id, ordinal);
+    // Best effort: the next list that finds them tries again.
+    for (const [ordinal, id] of stale) await this.leave(user, id, ordinal).catch(() => undefined);
     return { items: found.slice(0, limit), more: found.length > limit };
   }
 
@@ -121,12 +130,16 @@ export class KvConversationOrder {
     return { value: parsed.data, revision: found.revision };
   }
 
-  /** Compare-and-set `change` of the key's value (undefined: none yet); the value written and its revision. */
+  /**
+   * Compare-and-set `change` of the key's value (undefined: none yet), one
+   * change of the key at a time in this process; the value written and its
+   * revision, or null when `change` said no write (null).
+   */
   #change<T>(
     key: string,
     schema: ZodType<T>,
-    change: (value: T | undefined) => T,
-  ): Promise<{ value: T; revision: number }> {
+    change: (value: T | undefined) => T | null,
+  ): Promise<{ value: T; revision: number } | null> {
     const turn = (this.#queues.get(key) ?? Promise.resolve()).then(
       () => this.#cas(key, schema, change),
       () => this.#cas(key, schema, change),
@@ -142,12 +155,13 @@ export class KvConversationOrder {
   async #cas<T>(
     key: string,
     schema: ZodType<T>,
-    change: (value: T | undefined) => T,
-  ): Promise<{ value: T; revision: number }> {
+    change: (value: T | undefined) => T | null,
+  ): Promise<{ value: T; revision: number } | null> {
     for (let round = 0; round < CAS_ROUNDS; round++) {
       if (round > 0) await sleep(Math.random() * Math.min(50, round * 2));
       const read = await this.#read(key, schema);
       const value = change(read?.value);
+      if (value === null) return null;
       try {
         const json = JSON.stringify(value);
         const revision =

@@ -26,6 +26,7 @@ import {
 } from './conversationStore.ts';
 import { KvConversationOrder } from './kvConversationOrder.ts';
 import { removeKey } from './kvRemove.ts';
+import { InvalidValueError, parse, parseOrNull } from './kvValues.ts';
 import { LegacyRecord, migrateLegacyRecord } from './legacyConversationRecord.ts';
 import { pullBytes } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
@@ -74,8 +75,9 @@ export class KvConversationStore implements ConversationStore {
         throw toStoreError(err, doing);
       }
     }
-    const running = written.state === 'running' && written.running_since !== undefined;
-    const wasRunning = was === undefined || was.state === 'running';
+    const running = isRunning(written);
+    // A new entry has no running key yet; otherwise, unknown before (no `was`) may have one.
+    const wasRunning = entry.ordinal !== undefined && (was === undefined || isRunning(was));
     await Promise.all([
       this.#put(entryKey(entry.user, id), written, doing),
       running
@@ -89,7 +91,7 @@ export class KvConversationStore implements ConversationStore {
     const key = entryKey(user, conversationId);
     const entry = await this.#get(key, ConversationEntry, `loading conversation ${conversationId}`);
     if (entry && (entry.conversation_id !== conversationId || entry.user !== user)) {
-      throw new Error(`conversation entry ${key} names another conversation or user`);
+      throw new InvalidValueError(`conversation entry ${key} names another conversation or user`);
     }
     return entry;
   }
@@ -118,8 +120,12 @@ export class KvConversationStore implements ConversationStore {
 
   async delete(user: string, conversationId: string): Promise<void> {
     const doing = `deleting conversation ${conversationId}`;
-    // An entry that does not parse is removed all the same (its place, if any, goes once stale).
-    const entry = await this.get(user, conversationId).catch(() => undefined);
+    // An entry that does not parse is removed all the same (its place, if any, goes once stale);
+    // a store that does not answer fails the delete, which is done again.
+    const entry = await this.get(user, conversationId).catch((err: unknown) => {
+      if (!(err instanceof InvalidValueError)) throw err;
+      return undefined;
+    });
     try {
       if (entry?.ordinal !== undefined) await this.#order.leave(user, conversationId, entry.ordinal);
     } catch (err) {
@@ -212,9 +218,9 @@ export class KvConversationStore implements ConversationStore {
       throw toStoreError(err, 'reading the bucket to order it');
     }
     const unordered = all
-      .flatMap(({ key, value }) =>
-        value !== null && key.startsWith('u.') ? [parse(key, value, ConversationEntry)] : [],
-      )
+      // An entry that does not parse is left as it is (a read of it fails, as before).
+      .flatMap(({ key, value }) => (value !== null && key.startsWith('u.') ? [parseOrNull(key, value)] : []))
+      .filter((entry) => entry !== null)
       .filter((entry) => entry.ordinal === undefined)
       .sort(
         (a, b) =>
@@ -272,18 +278,9 @@ export class KvConversationStore implements ConversationStore {
   }
 }
 
-function parse<T>(key: string, bytes: Uint8Array, schema: ZodType<T>): T {
-  let value: unknown;
-  try {
-    value = JSON.parse(new TextDecoder().decode(bytes));
-  } catch (err) {
-    throw new Error(`conversation bucket value ${key} is not JSON`, { cause: err });
-  }
-  const parsed = schema.safeParse(value);
-  if (!parsed.success) {
-    throw new Error(`conversation bucket value ${key} is invalid: ${parsed.error.message}`, { cause: parsed.error });
-  }
-  return parsed.data;
+/** Whether the entry has a running key: it runs in some node's memory (one passivated while running does not). */
+function isRunning(entry: ConversationEntry): boolean {
+  return entry.state === 'running' && entry.in_memory && entry.running_since !== undefined;
 }
 
 /**

@@ -41,8 +41,8 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async running(user: string): Promise<RunningEntry[]> {
-    return this.#entries(user).flatMap(({ conversation_id, state, running_since }) =>
-      state === 'running' && running_since !== undefined ? [{ conversation_id, running_since }] : [],
+    return this.#entries(user).flatMap(({ conversation_id, state, in_memory, running_since }) =>
+      state === 'running' && in_memory && running_since !== undefined ? [{ conversation_id, running_since }] : [],
     );
   }
 

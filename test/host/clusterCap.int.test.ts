@@ -51,4 +51,43 @@ describe('the per-user running cap across a cluster', () => {
     expect(events.at(-1)).toMatchObject({ type: 'session_passivated', data: { reason: 'too_many_running' } });
     expect(b.isLive('conv2')).toBe(true);
   });
+  it('counts only conversations a node runs: one passivated while running does not send a running one out', async () => {
+    const stores = memoryStores();
+    const cluster = memoryClusterStore(LEASE);
+    const bus = memoryClusterBus();
+    const ids = ['conv1', 'conv2', 'conv3'];
+    const node = async (nodeId: string) => {
+      const manager = memoryHost({
+        ...stores,
+        ownership: new ClusterOwnership({ nodeId, leaseMs: LEASE, store: cluster, logger: silentLogger }),
+        bus,
+        agentFor: () => scriptedAgent({ delayMs: 2_000 }),
+        limits: { maxRunningPerUser: 2 },
+        newId: () => ids.shift()!,
+      });
+      managers.push(manager);
+      await manager.start();
+      return manager;
+    };
+    const [a, b] = [await node('a'), await node('b')];
+    const body = { confirmation_mode: false, max_iterations: 10, secrets: {} };
+    for (const m of [a, a, b]) await m.commands.create('local', body);
+    const state = async (id: string) => (await a.queries.info(id, 'local')).state;
+    for (const id of ['conv1', 'conv2', 'conv3'])
+      await until(async () => (await state(id)) === 'awaiting_user_input', `${id} ready`);
+    const run = async (m: NodeHost, id: string) => {
+      await m.commands.act(id, 'local', { type: 'message', content: id });
+      await until(async () => (await state(id)) === 'running', `${id} running`);
+    };
+    await run(a, 'conv1');
+    // Out of memory while running: its entry still says running, but no node runs it.
+    await a.passivate('conv1', 'too_many_running');
+    await run(a, 'conv2');
+    await run(b, 'conv3');
+    // conv2 and conv3 run: the user is within the cap of 2, and conv2 stays on a.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(a.isLive('conv2')).toBe(true);
+    const events = (await stores.log.read('conv2')).items.map((e) => e.event.type);
+    expect(events).not.toContain('session_passivated');
+  });
 });

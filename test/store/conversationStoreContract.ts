@@ -68,20 +68,25 @@ export function conversationStoreContract(name: string, makeStore: () => Promise
       );
     });
 
-    test('running lists the conversations whose entry says running, until it says otherwise or goes', async () => {
+    test('running lists the conversations whose entry says running in memory, until it says otherwise or goes', async () => {
       const store = await makeStore();
       const [a, b] = [await store.put(entry(1)), await store.put(entry(2))];
       await store.put(entry(3, 'bob'));
       expect(await store.running('local')).toEqual([]);
-      await store.put({ ...a, state: 'running', running_since: 100 }, a);
-      await store.put({ ...b, state: 'running', running_since: 200 }, b);
+      await store.put({ ...a, state: 'running', in_memory: true, running_since: 100 }, a);
+      await store.put({ ...b, state: 'running', in_memory: true, running_since: 200 }, b);
       const byRunning = (all: { running_since: number }[]) => all.sort((x, y) => x.running_since - y.running_since);
       expect(byRunning(await store.running('local'))).toEqual([
         { conversation_id: a.conversation_id, running_since: 100 },
         { conversation_id: b.conversation_id, running_since: 200 },
       ]);
       expect(await store.running('bob')).toEqual([]);
-      await store.put({ ...a, state: 'awaiting_user_input' }, { ...a, state: 'running', running_since: 100 });
+      const runningA = { ...a, state: 'running' as const, in_memory: true, running_since: 100 };
+      // Passivated while running: its spell goes on, but it runs nowhere.
+      await store.put({ ...runningA, in_memory: false }, runningA);
+      expect(await store.running('local')).toEqual([{ conversation_id: b.conversation_id, running_since: 200 }]);
+      await store.put(runningA, { ...runningA, in_memory: false });
+      await store.put({ ...runningA, state: 'awaiting_user_input' }, runningA);
       await store.delete('local', b.conversation_id);
       expect(await store.running('local')).toEqual([]);
     });

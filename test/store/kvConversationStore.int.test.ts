@@ -32,7 +32,7 @@ describe('KvConversationStore', () => {
     const bucket = freshBucket(nc);
     const store = await kvConversationStore(nc, { bucket });
     const e = await store.put(entry(1, 'ada lovelace'));
-    await store.put({ ...e, state: 'running', running_since: 1 }, e);
+    await store.put({ ...e, state: 'running', in_memory: true, running_since: 1 }, e);
     await store.mark({ conversation_id: e.conversation_id, user: e.user, unsettled: true });
     const keys: string[] = [];
     for await (const key of await (await new Kvm(nc).open(bucket)).keys()) keys.push(key);
@@ -120,7 +120,7 @@ describe('KvConversationStore', () => {
     const written = [];
     for (let i = 0; i < 70; i++) written.push(await store.put(entry(i)));
     for (const e of written.slice(0, 3)) {
-      await store.put({ ...e, state: 'running', running_since: 1 }, e);
+      await store.put({ ...e, state: 'running', in_memory: true, running_since: 1 }, e);
       await store.mark({ conversation_id: e.conversation_id, user: 'local', unsettled: true });
     }
     const jsm = await jetstreamManager(nc);
