@@ -17,7 +17,7 @@ export interface ClusterCapDeps {
 /**
  * The per-user running cap across the cluster, when a session here just
  * started running. The local policy already sent this node's excess out; the
- * user's conversations running on other nodes (their running keys: the one
+ * user's conversations running on other nodes (the user's running set: the one
  * read, bounded by what runs, not by the user's history) count too, and the oldest of those leave through their owners
  * until the user is within the cap.
  */

@@ -8,8 +8,8 @@ import { assertConversationId } from './assertConversationId.ts';
  * - `w.<conversation_id>`: the conversation's work marker;
  * - `c.<user>`: the user's creation counter, `p.<user>.<n>`: page `n` of the
  *   user's creation order (`kvConversationOrder.ts`);
- * - `r.<user>.<conversation_id>`: while the conversation's entry says running
- *   (what the per-user running cap reads);
+ * - `r.<user>`: the user's conversations whose entry says running in memory,
+ *   with since when (what the per-user running cap reads);
  * - `d.<conversation_id>`: a delete under way (recovery finishes it);
  * - `x.order`: written once every entry of the layout before the creation order has one;
  * - a bare `<conversation_id>`: a record of the layout before these (migrated when the store opens).
@@ -40,13 +40,8 @@ export function orderPagePrefix(user: string): string {
   return `p.${userToken(user)}.`;
 }
 
-export function runningPrefix(user: string): string {
-  return `r.${userToken(user)}.`;
-}
-
-export function runningKey(user: string, conversationId: string): string {
-  assertConversationId(conversationId);
-  return `${runningPrefix(user)}${conversationId}`;
+export function runningKey(user: string): string {
+  return `r.${userToken(user)}`;
 }
 
 export function deletingKey(conversationId: string): string {

@@ -82,7 +82,7 @@ export interface ConversationStore {
   list(user: string, page: { limit: number; after?: ListPosition }): Promise<EntryPage>;
   /** The user's conversations whose entry says running in memory, in no particular order. */
   running(user: string): Promise<RunningEntry[]>;
-  /** Removes the user's entry, its place in the order, its running key and the conversation's work marker; unknown ones are a no-op. */
+  /** Removes the user's entry, its place in the order, its place in the running set and the conversation's work marker; unknown ones are a no-op. */
   delete(user: string, conversationId: string): Promise<void>;
   /** Records a delete under way (before anything of it goes). */
   beginDelete(record: DeleteRecord): Promise<void>;

@@ -1,11 +1,11 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { KV } from '@nats-io/kv';
 import type { JetStreamManager } from '@nats-io/jetstream';
-import { z, type ZodType } from 'zod';
+import { z } from 'zod';
 import { ConversationId } from '../../protocol/index.ts';
 import { counterKey, orderPagePrefix } from './conversationKeys.ts';
 import type { ConversationEntry } from './conversationStore.ts';
-import { isWrongLastSequence, removeKey } from './kvRemove.ts';
+import { KvCas } from './kvCas.ts';
+import { removeKey } from './kvRemove.ts';
 
 /** Places per page of a user's creation order. */
 export const ORDER_PAGE_SIZE = 64;
@@ -15,8 +15,6 @@ export const ORDER_PAGE_SIZE = 64;
  * another node's.
  */
 const STALE_PLACE_MS = 15 * 60_000;
-/** Compare-and-set rounds before a change gives up (writers of one user's order contend only at once). */
-const CAS_ROUNDS = 100;
 
 const Counter = z.object({ next: z.number().int().min(0) });
 /** A place: [ordinal, conversation id, when it was taken (epoch ms)]. */
@@ -43,21 +41,23 @@ export class KvConversationOrder {
   readonly #kv: KV;
   readonly #jsm: JetStreamManager;
   readonly #bucket: string;
-  /** Changes of one key made by this process, one after another: they contend only with other processes'. */
-  readonly #queues = new Map<string, Promise<unknown>>();
+  readonly #cas: KvCas;
 
   constructor(kv: KV, jsm: JetStreamManager, bucket: string) {
     this.#kv = kv;
     this.#jsm = jsm;
     this.#bucket = bucket;
+    this.#cas = new KvCas(kv);
   }
 
   /** Takes the user's next place for the conversation; its ordinal. */
   async enter(user: string, conversationId: string): Promise<number> {
-    const counted = await this.#change(counterKey(user), Counter, (counter) => ({ next: (counter?.next ?? 0) + 1 }));
+    const counted = await this.#cas.change(counterKey(user), Counter, (counter) => ({
+      next: (counter?.next ?? 0) + 1,
+    }));
     const ordinal = counted!.value.next - 1;
     const place: Place = [ordinal, conversationId, Date.now()];
-    await this.#change(pageKey(user, ordinal), OrderPage, (page) => ({
+    await this.#cas.change(pageKey(user, ordinal), OrderPage, (page) => ({
       places: [...(page?.places ?? []).filter(([o]) => o !== ordinal), place],
     }));
     return ordinal;
@@ -66,7 +66,7 @@ export class KvConversationOrder {
   /** Gives the place back; the page goes when it holds no other. */
   async leave(user: string, conversationId: string, ordinal: number): Promise<void> {
     const key = pageKey(user, ordinal);
-    const changed = await this.#change(key, OrderPage, (page) => {
+    const changed = await this.#cas.change(key, OrderPage, (page) => {
       const places = page?.places.filter(([o, id]) => o !== ordinal || id !== conversationId);
       return places === undefined || places.length === page?.places.length ? null : { places };
     });
@@ -88,7 +88,7 @@ export class KvConversationOrder {
     const stale: Place[] = [];
     for (const n of await this.#pages(user)) {
       if (after !== undefined && n * ORDER_PAGE_SIZE >= after) continue;
-      const read = await this.#read(`${orderPagePrefix(user)}${n}`, OrderPage);
+      const read = await this.#cas.read(`${orderPagePrefix(user)}${n}`, OrderPage);
       const places = (read?.value.places ?? [])
         .filter(([o]) => after === undefined || o < after)
         .sort((a, b) => b[0] - a[0]);
@@ -121,68 +121,8 @@ export class KvConversationOrder {
       .filter((n) => Number.isSafeInteger(n) && n >= 0)
       .sort((a, b) => b - a);
   }
-
-  async #read<T>(key: string, schema: ZodType<T>): Promise<{ value: T; revision: number } | undefined> {
-    const found = await this.#kv.get(key);
-    if (found === null || found.operation !== 'PUT') return undefined;
-    const parsed = schema.safeParse(safeJson(found.value));
-    if (!parsed.success) throw new Error(`conversation order value ${key} is invalid`, { cause: parsed.error });
-    return { value: parsed.data, revision: found.revision };
-  }
-
-  /**
-   * Compare-and-set `change` of the key's value (undefined: none yet), one
-   * change of the key at a time in this process; the value written and its
-   * revision, or null when `change` said no write (null).
-   */
-  #change<T>(
-    key: string,
-    schema: ZodType<T>,
-    change: (value: T | undefined) => T | null,
-  ): Promise<{ value: T; revision: number } | null> {
-    const turn = (this.#queues.get(key) ?? Promise.resolve()).then(
-      () => this.#cas(key, schema, change),
-      () => this.#cas(key, schema, change),
-    );
-    this.#queues.set(key, turn);
-    void turn.then(
-      () => this.#queues.get(key) === turn && this.#queues.delete(key),
-      () => this.#queues.get(key) === turn && this.#queues.delete(key),
-    );
-    return turn;
-  }
-
-  async #cas<T>(
-    key: string,
-    schema: ZodType<T>,
-    change: (value: T | undefined) => T | null,
-  ): Promise<{ value: T; revision: number } | null> {
-    for (let round = 0; round < CAS_ROUNDS; round++) {
-      if (round > 0) await sleep(Math.random() * Math.min(50, round * 2));
-      const read = await this.#read(key, schema);
-      const value = change(read?.value);
-      if (value === null) return null;
-      try {
-        const json = JSON.stringify(value);
-        const revision =
-          read === undefined ? await this.#kv.create(key, json) : await this.#kv.update(key, json, read.revision);
-        return { value, revision };
-      } catch (err) {
-        if (!isWrongLastSequence(err)) throw err;
-      }
-    }
-    throw new Error(`conversation order key ${key}: ${CAS_ROUNDS} writers in a row changed it first`);
-  }
 }
 
 function pageKey(user: string, ordinal: number): string {
   return `${orderPagePrefix(user)}${Math.floor(ordinal / ORDER_PAGE_SIZE)}`;
-}
-
-function safeJson(bytes: Uint8Array): unknown {
-  try {
-    return JSON.parse(new TextDecoder().decode(bytes));
-  } catch {
-    return undefined;
-  }
 }

@@ -4,6 +4,7 @@ import type { KV } from '@nats-io/kv';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { openBucket, type Replication } from './streamSettings.ts';
 import { z, type ZodType } from 'zod';
+import { ConversationId } from '../../protocol/index.ts';
 import {
   DELETING_PREFIX,
   deletingKey,
@@ -11,26 +12,26 @@ import {
   isLegacyKey,
   MARKER_PREFIX,
   markerKey,
-  ORDER_DONE_KEY,
   runningKey,
-  runningPrefix,
 } from './conversationKeys.ts';
+import type { RunningEntry } from './conversationStore.ts';
 import {
   ConversationEntry,
   DeleteRecord,
-  RunningEntry,
   WorkMarker,
   type ConversationStore,
   type EntryPage,
   type ListPosition,
 } from './conversationStore.ts';
+import { KvCas } from './kvCas.ts';
 import { KvConversationOrder } from './kvConversationOrder.ts';
 import { removeKey } from './kvRemove.ts';
-import { InvalidValueError, parse, parseOrNull } from './kvValues.ts';
+import { InvalidValueError, parse } from './kvValues.ts';
 import { LegacyRecord, migrateLegacyRecord } from './legacyConversationRecord.ts';
 import { pullBytes } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
-import { scanKv, scanKvWithDeletes, type KvScanDeps } from './kvScan.ts';
+import { scanKv, type KvScanDeps } from './kvScan.ts';
+import { enterOrder } from './kvOrderMigration.ts';
 import { OrderedConsumers } from './orderedConsumers.ts';
 
 /** Entry gets at once for one list page. */
@@ -46,7 +47,7 @@ export interface KvConversationStoreOptions extends Replication {
 /**
  * Conversation entries and work markers in one JetStream KV bucket (layout in
  * `conversationKeys.ts`), one revision kept. A user's list reads about one
- * page (`KvConversationOrder`), the running cap only the user's running keys,
+ * page (`KvConversationOrder`), the running cap one key (the user's running set),
  * recovery the work markers and deletes under way; an ownership check is one
  * get. Removals purge the key's subject: no delete marker is left to grow
  * with every conversation that ever was. The bucket can be written by anything on the NATS account, so
@@ -57,11 +58,13 @@ export class KvConversationStore implements ConversationStore {
   readonly #kv: KV;
   readonly #scan: KvScanDeps;
   readonly #order: KvConversationOrder;
+  readonly #cas: KvCas;
 
   constructor(nc: NatsConnection, jsm: JetStreamManager, kv: KV, bucket: string) {
     this.#kv = kv;
     this.#scan = { consumers: new OrderedConsumers(nc), jsm, kv, bucket, maxBytes: pullBytes(nc) };
     this.#order = new KvConversationOrder(kv, jsm, bucket);
+    this.#cas = new KvCas(kv);
   }
 
   async put(entry: ConversationEntry, was?: ConversationEntry): Promise<ConversationEntry> {
@@ -76,13 +79,13 @@ export class KvConversationStore implements ConversationStore {
       }
     }
     const running = isRunning(written);
-    // A new entry has no running key yet; otherwise, unknown before (no `was`) may have one.
-    const wasRunning = entry.ordinal !== undefined && (was === undefined || isRunning(was));
+    // Unchanged, or a new entry (not in the running set yet): nothing to write; unknown before (no `was`): maybe.
+    const same =
+      was !== undefined && isRunning(was) === running && (!running || was.running_since === written.running_since);
+    const change = entry.ordinal === undefined ? running : !same;
     await Promise.all([
       this.#put(entryKey(entry.user, id), written, doing),
-      running
-        ? this.#put(runningKey(entry.user, id), { conversation_id: id, running_since: written.running_since }, doing)
-        : wasRunning && this.#remove(runningKey(entry.user, id), doing),
+      change && this.#setRunning(entry.user, id, running ? written.running_since : undefined, doing),
     ]);
     return written;
   }
@@ -109,13 +112,29 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async running(user: string): Promise<RunningEntry[]> {
-    const prefix = runningPrefix(user);
-    const values = await this.#values(prefix, 'listing running conversations');
-    return values.map(({ key, value }) => {
-      const running = parse(key, value, RunningEntry);
-      if (key !== prefix + running.conversation_id) throw new Error(`running key ${key} names another conversation`);
-      return running;
-    });
+    let read;
+    try {
+      read = await this.#cas.read(runningKey(user), RunningSet);
+    } catch (err) {
+      throw toStoreError(err, 'reading the running conversations');
+    }
+    return Object.entries(read?.value.running ?? {}).map(([id, since]) => ({
+      conversation_id: id,
+      running_since: since,
+    }));
+  }
+
+  /** Adds the conversation to its user's running set (`since`), or takes it out (undefined). */
+  async #setRunning(user: string, conversationId: string, since: number | undefined, doing: string): Promise<void> {
+    try {
+      await this.#cas.change(runningKey(user), RunningSet, (set) => {
+        const { [conversationId]: had, ...others } = set?.running ?? {};
+        if (had === since) return null;
+        return { running: since === undefined ? others : { ...others, [conversationId]: since } };
+      });
+    } catch (err) {
+      throw toStoreError(err, doing);
+    }
   }
 
   async delete(user: string, conversationId: string): Promise<void> {
@@ -131,7 +150,7 @@ export class KvConversationStore implements ConversationStore {
     } catch (err) {
       throw toStoreError(err, doing);
     }
-    await this.#remove(runningKey(user, conversationId), doing);
+    await this.#setRunning(user, conversationId, undefined, doing);
     await this.#remove(entryKey(user, conversationId), doing);
     await this.unmark(conversationId);
   }
@@ -199,39 +218,7 @@ export class KvConversationStore implements ConversationStore {
       }
       await this.#delete(key, `migrating conversation ${key}`);
     }
-    return keys.length + (await this.#enterOrder());
-  }
-
-  /**
-   * Once per bucket: gives every entry written before the creation order
-   * (no `ordinal`) its place, oldest first, and its running key, and removes
-   * the delete markers earlier versions left (every listing read them). The
-   * one read of the whole bucket, at the first start of this version;
-   * `x.order` says it is done.
-   */
-  async #enterOrder(): Promise<number> {
-    if (await this.#get(ORDER_DONE_KEY, z.unknown(), 'reading the order migration')) return 0;
-    let all;
-    try {
-      all = await scanKvWithDeletes(this.#scan, '');
-    } catch (err) {
-      throw toStoreError(err, 'reading the bucket to order it');
-    }
-    const unordered = all
-      // An entry that does not parse is left as it is (a read of it fails, as before).
-      .flatMap(({ key, value }) => (value !== null && key.startsWith('u.') ? [parseOrNull(key, value)] : []))
-      .filter((entry) => entry !== null)
-      .filter((entry) => entry.ordinal === undefined)
-      .sort(
-        (a, b) =>
-          Date.parse(a.created_at) - Date.parse(b.created_at) || (a.conversation_id < b.conversation_id ? -1 : 1),
-      );
-    for (const entry of unordered) await this.put(entry);
-    // Bounded by the marker's revision: a key written again since keeps its value.
-    for (const { key, value, revision } of all)
-      if (value === null && revision > 0) await this.#remove(key, 'removing old delete markers', revision);
-    await this.#put(ORDER_DONE_KEY, { at: new Date().toISOString() }, 'writing the order migration');
-    return unordered.length;
+    return keys.length + (await enterOrder(this.#kv, this.#scan, (entry) => this.put(entry)));
   }
 
   async #put(key: string, value: unknown, doing: string): Promise<void> {
@@ -278,7 +265,10 @@ export class KvConversationStore implements ConversationStore {
   }
 }
 
-/** Whether the entry has a running key: it runs in some node's memory (one passivated while running does not). */
+/** The user's running set: conversation id → running since (epoch ms). */
+const RunningSet = z.object({ running: z.record(ConversationId, z.number().int()) });
+
+/** Whether the entry is in its user's running set: it runs in some node's memory (one passivated while running does not). */
 function isRunning(entry: ConversationEntry): boolean {
   return entry.state === 'running' && entry.in_memory && entry.running_since !== undefined;
 }

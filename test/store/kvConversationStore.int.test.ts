@@ -28,7 +28,7 @@ describe('KvConversationStore', () => {
     await expect(store.get('ada', e.conversation_id)).rejects.toThrow(/another conversation or user/);
   });
 
-  test('keys are u.<base64url(user)>.<id>, c.<user>, p.<user>.<page>, r.<user>.<id> and w.<id>', async () => {
+  test('keys are u.<base64url(user)>.<id>, c.<user>, p.<user>.<page>, r.<user> and w.<id>', async () => {
     const bucket = freshBucket(nc);
     const store = await kvConversationStore(nc, { bucket });
     const e = await store.put(entry(1, 'ada lovelace'));
@@ -38,7 +38,7 @@ describe('KvConversationStore', () => {
     for await (const key of await (await new Kvm(nc).open(bucket)).keys()) keys.push(key);
     const user = 'YWRhIGxvdmVsYWNl';
     expect(keys.sort()).toEqual(
-      [`c.${user}`, `p.${user}.0`, `r.${user}.${e.conversation_id}`, `u.${user}.${e.conversation_id}`]
+      [`c.${user}`, `p.${user}.0`, `r.${user}`, `u.${user}.${e.conversation_id}`]
         .concat([`w.${e.conversation_id}`, 'x.order'])
         .sort(),
     );
@@ -133,7 +133,8 @@ describe('KvConversationStore', () => {
     ]);
     await store.delete('local', written[0]!.conversation_id);
     const user = Buffer.from('local').toString('base64url');
-    expect(await subjects()).toEqual([`$KV.${bucket}.c.${user}`, `$KV.${bucket}.x.order`]);
-    expect((await jsm.streams.info(`KV_${bucket}`)).state.messages).toBe(2);
+    // What stays is per user, not per conversation: the counter and the (empty) running set.
+    expect(await subjects()).toEqual([`$KV.${bucket}.c.${user}`, `$KV.${bucket}.r.${user}`, `$KV.${bucket}.x.order`]);
+    expect((await jsm.streams.info(`KV_${bucket}`)).state.messages).toBe(3);
   });
 });
