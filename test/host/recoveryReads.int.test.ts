@@ -58,6 +58,7 @@ describe('recovery after a restart', () => {
       () => (n === 0 ? 'busy' : `idle${String(n)}`),
     );
     const idle: string[] = [];
+    const userOf = new Map<string, string>();
     const create = pLimit(32);
     await Promise.all(
       Array.from({ length: IDLE }, (_, i) =>
@@ -65,6 +66,8 @@ describe('recovery after a restart', () => {
           n = i + 1;
           const { conversation_id: id } = await first.commands.create(`user${i % 7}`, defaults);
           idle.push(id);
+          // In the order they were answered, which is not the order they were asked in.
+          userOf.set(id, `user${i % 7}`);
         }),
       ),
     );
@@ -74,7 +77,7 @@ describe('recovery after a restart', () => {
       initial_message: 'think forever',
     });
     expect(busy).toBe('busy');
-    const sessions = await Promise.all(idle.map((id, i) => first.session(id, `user${i % 7}`)));
+    const sessions = await Promise.all(idle.map((id) => first.session(id, userOf.get(id)!)));
     await until(() => sessions.every((s) => s.state === 'awaiting_user_input'), 'every idle conversation settled', {
       timeoutMs: 60_000,
     });
