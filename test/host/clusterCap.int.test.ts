@@ -13,27 +13,31 @@ afterEach(async () => {
   await Promise.all(managers.splice(0).map((m) => m.shutdown()));
 });
 
+/** Two nodes `a` and `b` of one cluster on shared memory stores, giving out `ids` in turn; a slow agent keeps a conversation running. */
+async function twoNodes(maxRunningPerUser: number, ids: string[]) {
+  const stores = memoryStores();
+  const cluster = memoryClusterStore(LEASE);
+  const bus = memoryClusterBus();
+  const node = async (nodeId: string) => {
+    const manager = memoryHost({
+      ...stores,
+      ownership: new ClusterOwnership({ nodeId, leaseMs: LEASE, store: cluster, logger: silentLogger }),
+      bus,
+      agentFor: () => scriptedAgent({ delayMs: 2_000 }),
+      limits: { maxRunningPerUser },
+      newId: () => ids.shift()!,
+    });
+    managers.push(manager);
+    await manager.start();
+    return manager;
+  };
+  return { stores, a: await node('a'), b: await node('b') };
+}
+
 describe('the per-user running cap across a cluster', () => {
   it("a conversation that starts running on one node sends the user's oldest running one on another node out of memory", async () => {
-    const stores = memoryStores();
-    const cluster = memoryClusterStore(LEASE);
-    const bus = memoryClusterBus();
-    const ids = ['conv1', 'conv2'];
-    const node = async (nodeId: string) => {
-      const manager = memoryHost({
-        ...stores,
-        ownership: new ClusterOwnership({ nodeId, leaseMs: LEASE, store: cluster, logger: silentLogger }),
-        bus,
-        // A slow agent: a conversation stays running while the other one starts.
-        agentFor: () => scriptedAgent({ delayMs: 2_000 }),
-        limits: { maxRunningPerUser: 1 },
-        newId: () => ids.shift()!,
-      });
-      managers.push(manager);
-      await manager.start();
-      return manager;
-    };
-    const [a, b] = [await node('a'), await node('b')];
+    // A slow agent: a conversation stays running while the other one starts.
+    const { stores, a, b } = await twoNodes(1, ['conv1', 'conv2']);
     const body = { confirmation_mode: false, max_iterations: 10, secrets: {} };
     await a.commands.create('local', body);
     await b.commands.create('local', body);
@@ -52,24 +56,7 @@ describe('the per-user running cap across a cluster', () => {
     expect(b.isLive('conv2')).toBe(true);
   });
   it('counts only conversations a node runs: one passivated while running does not send a running one out', async () => {
-    const stores = memoryStores();
-    const cluster = memoryClusterStore(LEASE);
-    const bus = memoryClusterBus();
-    const ids = ['conv1', 'conv2', 'conv3'];
-    const node = async (nodeId: string) => {
-      const manager = memoryHost({
-        ...stores,
-        ownership: new ClusterOwnership({ nodeId, leaseMs: LEASE, store: cluster, logger: silentLogger }),
-        bus,
-        agentFor: () => scriptedAgent({ delayMs: 2_000 }),
-        limits: { maxRunningPerUser: 2 },
-        newId: () => ids.shift()!,
-      });
-      managers.push(manager);
-      await manager.start();
-      return manager;
-    };
-    const [a, b] = [await node('a'), await node('b')];
+    const { stores, a, b } = await twoNodes(2, ['conv1', 'conv2', 'conv3']);
     const body = { confirmation_mode: false, max_iterations: 10, secrets: {} };
     for (const m of [a, a, b]) await m.commands.create('local', body);
     const state = async (id: string) => (await a.queries.info(id, 'local')).state;
