@@ -15,8 +15,10 @@ RUN node scripts/build.js
 
 # Run stage: production dependencies and the compiled JavaScript only; no compiler at run time.
 FROM node:20-bookworm-slim
+# git clones conversations' repositories; bubblewrap sandboxes their shells (TETHER_SANDBOX=auto uses it where
+# the container may create namespaces, and warns and runs without it where it may not).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bash ca-certificates \
+ && apt-get install -y --no-install-recommends bash bubblewrap ca-certificates git \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 ENV NODE_ENV=production

@@ -8,15 +8,27 @@ import type {
   UserAction,
 } from '../protocol/index.ts';
 import type { Deadline } from './sessionContext.ts';
-import { LEGACY_MAX_ATTEMPTS, SESSION_MACHINE_VERSION } from './sessionContext.ts';
-import { countsAgainstBound, toSessionEvent, type SessionEvent } from './sessionEvents.ts';
+import { SESSION_MACHINE_VERSION } from './sessionContext.ts';
+import { toSessionEvent, type SessionEvent } from './sessionEvents.ts';
 import { agentStateOf } from './agentState.ts';
 import type { SessionSnapshot } from './sessionMachine.ts';
 import { inputFrom } from './input.ts';
 import { initialSnapshot, nextSnapshot } from './step.ts';
+import {
+  agentEvent,
+  agentWorks,
+  ATTEMPT_MESSAGES,
+  commandOutput,
+  interrupted,
+  nextAttempt,
+  repositoryProposals,
+  unavailable,
+  userProposals,
+  type CommandResult,
+  type Proposal,
+} from './proposals.ts';
 
 type CreatedData = Omit<EventOf<'conversation_created'>['data'], 'machine_version'>;
-type CommandResult = Omit<EventOf<'command_output'>['data'], 'command'>;
 
 /**
  * The stored event envelope's version (protocol/event.ts `EVENT_VERSION`), typed by
@@ -54,6 +66,10 @@ export type DecisionInput =
   | { type: 'user_action'; action: UserAction; streamed?: Streamed }
   | { type: 'runtime_progress'; status: 'starting' | 'connecting' | 'setting_up' | 'connected' }
   | { type: 'runtime_lost'; message: string }
+  /** The workspace's repository (`context.repository`) was cloned, or could not be; then its instruction files read. */
+  | { type: 'repository_cloned'; branch: string; commit: string }
+  | { type: 'clone_failed'; message: string }
+  | { type: 'instructions_loaded'; files: EventOf<'instructions_loaded'>['data']['files'] }
   | { type: 'agent_used'; usage: EventOf<'agent_usage'>['data'] }
   /** A step's answer, by its `attempt`, after `deltas` delta frames (0 when it did not stream). */
   | { type: 'agent_answered'; cause: number; answer: AgentAnswer; attempt?: number; deltas?: number }
@@ -87,14 +103,6 @@ const DEADLINE_MESSAGES: Record<Deadline['name'], string> = {
   start: 'the session did not finish starting in time',
   retry: 'the rate-limit wait is over; trying the step again',
 };
-
-/**
- * A proposal may read the state its earlier siblings led to (`session_passivated`
- * names the state it leaves in); one that reads it may also propose nothing.
- * A `together` group is one change: the state fact it leads to follows its
- * last event (an interrupt, then what it cut, then `awaiting_user_input`).
- */
-type Proposal = NewEvent | ((snapshot: SessionSnapshot) => NewEvent | null) | { together: Proposal[] };
 
 /**
  * The one decider. Given the current snapshot and one input it says which
@@ -150,11 +158,6 @@ export function decide(snapshot: SessionSnapshot | undefined, input: DecisionInp
   return refused ?? { ok: true, events, snapshot: current };
 }
 
-/** Whether the agent works by itself now: where a user message meets the conversation's `double_texting`. */
-function agentWorks(snapshot: SessionSnapshot): boolean {
-  return snapshot.matches({ active: 'running' }) || snapshot.matches({ active: 'rate_limited' });
-}
-
 /** `double_texting: reject`: a message while the agent works is refused, and nothing is stored. */
 function busyRefusal(snapshot: SessionSnapshot, input: DecisionInput): Decision | null {
   if (input.type !== 'user_action' || input.action.type !== 'message') return null;
@@ -186,6 +189,10 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
       return [{ source: env, type: 'runtime_status', data: { status: input.status } }];
     case 'runtime_lost':
       return [{ source: env, type: 'runtime_status', data: { status: 'disconnected', message: input.message } }];
+    case 'repository_cloned':
+    case 'clone_failed':
+    case 'instructions_loaded':
+      return repositoryProposals(snapshot, input);
     // What an LLM call used is stored apart, before its answer, so it counts even when the answer is stale.
     case 'agent_used':
       return [{ source: 'agent', type: 'agent_usage', data: input.usage }];
@@ -292,139 +299,6 @@ function rehydration(
       : null,
   );
   return out;
-}
-
-const ATTEMPT_MESSAGES: Partial<Record<AttemptReason, string>> = {
-  resumed: 'the session left memory during the step and came back',
-  forked: 'the fork asks the step again',
-  owner_lost: 'the node running the step stopped before it answered',
-};
-
-/**
- * The current step's next attempt, stored before its first delta; past the
- * bound (`max_attempts`, counted attempts only) the step fails instead, with
- * why in words.
- */
-function nextAttempt(reason: AttemptReason, message: string | undefined, code: string) {
-  return (current: SessionSnapshot): NewEvent => {
-    const { stepCause, attempt, attemptsCounted, maxAttempts } = current.context;
-    const cause = stepCause ?? undefined;
-    const bound = maxAttempts ?? LEGACY_MAX_ATTEMPTS;
-    if (countsAgainstBound(reason) && attemptsCounted >= bound) {
-      const why = `the agent step gave up after ${attemptsCounted} attempts (at most ${bound}): ${message ?? reason}`;
-      return { source: 'agent', type: 'agent_error', data: { code, message: why }, cause };
-    }
-    const data = { item_id: String(stepCause), attempt: attempt + 1, reason, ...(message && { message }) };
-    return { source: 'agent', type: 'agent_attempt', data, cause };
-  };
-}
-
-/**
- * A user action as stored. An interrupt, or a stop while the agent works,
- * stores in the same change what the step and the command leave; a message
- * while the agent works under `double_texting: interrupt` is an interrupt first.
- */
-function userProposals(snapshot: SessionSnapshot, action: UserAction, streamed: Streamed | undefined): Proposal[] {
-  const event = userEvent(action);
-  const works = snapshot.matches({ active: 'running' });
-  if (action.type === 'interrupt') return [{ together: [event, ...cutWork(snapshot, streamed, 'interrupt')] }];
-  if (action.type === 'change_agent_state' && action.state === 'stopped' && works)
-    return [{ together: [event, ...cutWork(snapshot, streamed, 'stop')] }];
-  if (action.type === 'message' && snapshot.context.doubleTexting === 'interrupt' && agentWorks(snapshot)) {
-    const interrupt = userEvent({ type: 'interrupt' });
-    return [{ together: [interrupt, ...cutWork(snapshot, streamed, 'interrupt')] }, event];
-  }
-  return [event];
-}
-
-/**
- * What an interrupt or a stop leaves of the work it cuts: the agent's message
- * holding what the step's current attempt streamed (none when nothing was), and
- * the running command's output, cancelled by the user. Nothing else of the step
- * is stored: its effects are aborted once the state no longer asks for them.
- */
-function cutWork(snapshot: SessionSnapshot, streamed: Streamed | undefined, by: 'interrupt' | 'stop'): NewEvent[] {
-  const out: NewEvent[] = [];
-  const { stepCause, attempt, pendingCommand } = snapshot.context;
-  const thinking = snapshot.matches({ active: { running: 'thinking' } });
-  if (thinking && stepCause !== null && streamed?.itemId === String(stepCause) && streamed.attempt === attempt) {
-    if (streamed.text !== '') {
-      const data = { content: streamed.text, item_id: streamed.itemId, attempt, deltas: streamed.deltas };
-      out.push({ source: 'agent', type: 'message', data: { ...data, interrupted: true }, cause: stepCause });
-    }
-  }
-  if (pendingCommand && snapshot.matches({ active: { running: 'executing' } })) {
-    out.push(commandOutput(pendingCommand.eventId, pendingCommand.command, cancelled(by)));
-  }
-  return out;
-}
-
-/** The output of a command the user cancelled while it ran. */
-function cancelled(by: 'interrupt' | 'stop'): CommandResult {
-  const who = by === 'interrupt' ? 'interrupted the agent' : 'stopped the agent';
-  return {
-    exit_code: null,
-    output: `cancelled: the user ${who} while this command ran; its processes were sent SIGINT, then SIGKILL`,
-    timed_out: false,
-    truncated: false,
-    cancelled: by,
-  };
-}
-
-function userEvent(action: UserAction): NewEvent {
-  switch (action.type) {
-    case 'message':
-      return { source: 'user', type: 'message', data: { content: action.content } };
-    case 'run':
-      return { source: 'user', type: 'command', data: { command: action.command } };
-    case 'change_agent_state':
-      return { source: 'user', type: 'change_agent_state', data: { state: action.state } };
-    case 'reconnect_runtime':
-      return { source: 'user', type: 'reconnect_runtime', data: {} };
-    case 'interrupt':
-      return { source: 'user', type: 'interrupt', data: {} };
-  }
-}
-
-/** An answer as stored: the item (its step), the attempt and how many deltas it streamed ride along. */
-function agentEvent(answer: AgentAnswer, cause: number, attempt: number, deltas: number): NewEvent {
-  const item = { item_id: String(cause), attempt, deltas };
-  const thought = answer.thought === undefined ? {} : { thought: answer.thought };
-  switch (answer.type) {
-    case 'message': {
-      const { content, waitForResponse } = answer;
-      const data = { content, ...item, ...(waitForResponse === false && { wait_for_response: false as const }) };
-      return { source: 'agent', type: 'message', data, cause };
-    }
-    case 'run':
-      return {
-        source: 'agent',
-        type: 'command',
-        data: { command: answer.command, risk: answer.risk, ...item, ...thought },
-        cause,
-      };
-    case 'finish':
-      return { source: 'agent', type: 'finish', data: { content: answer.content, ...item, ...thought }, cause };
-  }
-}
-
-function commandOutput(cause: number, command: string, result: CommandResult): NewEvent {
-  return { source: 'environment', type: 'command_output', data: { command, ...result }, cause };
-}
-
-/** The observation for a command that will never report: it is not run again. */
-function interrupted(cause: number, command: string, why: string): NewEvent {
-  const output = `interrupted: ${why}; it was not run again`;
-  return commandOutput(cause, command, { exit_code: null, output, timed_out: false, truncated: false });
-}
-
-function unavailable(why: string): CommandResult {
-  return {
-    exit_code: null,
-    output: `the runtime is not available (${why}); the command did not run to completion. Reconnect (refresh the page, or send reconnect_runtime) to start a new runtime in the same workspace.`,
-    timed_out: false,
-    truncated: false,
-  };
 }
 
 /** The `agent_state_changed` fact a transition leads to, or null when the agent state stayed. */

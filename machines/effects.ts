@@ -40,8 +40,9 @@ export function effectsOf(snapshot: SessionSnapshot): Effect[] {
     effects.push({ type: 'interrupt_command', cause: pending.eventId, command: pending.command });
   } else if (pending && snapshot.matches({ active: { running: 'executing' } })) {
     const { eventId: cause, command } = pending;
-    // Sent to a lost runtime: it fails, also once a reconnect has come before its report.
-    const lost = context.runtimeLost ?? pending.lost ?? null;
+    // Sent to a lost runtime (or one whose repository could not be cloned): it fails, also once a
+    // reconnect has come before its report.
+    const lost = context.runtimeLost ?? pending.lost ?? context.repository?.failure ?? null;
     effects.push(
       lost === null ? { type: 'run_command', cause, command } : { type: 'fail_command', cause, command, why: lost },
     );

@@ -11,6 +11,7 @@ export {
   type SessionInput,
   type PendingCommand,
   type Deadline,
+  type RepositoryProgress,
 } from './sessionMachine.ts';
 export type { SessionTag } from './sessionSetup.ts';
 export { toSessionEvent, type SessionEvent } from './sessionEvents.ts';

@@ -5,7 +5,7 @@ import type { AgentState, DoubleTexting, RuntimeStatus } from '../protocol/index
  * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
  * version table in test/machines/machineVersion.unit.test.ts.
  */
-export const SESSION_MACHINE_VERSION = 8;
+export const SESSION_MACHINE_VERSION = 9;
 
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
@@ -42,6 +42,8 @@ export interface SessionInput {
   doubleTexting: DoubleTexting;
   /** Epoch ms by which the session must have started, or null for no limit. */
   startDeadline: number | null;
+  /** The repository the workspace is cloned from (`conversation_created.repository`), or null. */
+  repository?: { url: string; branch?: string; tokenSecret?: string } | null;
   /** The machine version the log was written under so far (default: this one). */
   machineVersion?: number;
 }
@@ -77,8 +79,26 @@ export interface Deadline {
   at: number;
 }
 
-export interface SessionContext extends Omit<SessionInput, 'machineVersion'> {
+/**
+ * A conversation's repository and how far its workspace has come: to clone,
+ * failed (`repository_clone_failed`: commands fail at once, nothing clones
+ * again until a `reconnect_runtime`), cloned (`repository_cloned`), ready (its
+ * instruction files read: `instructions_loaded`).
+ */
+export interface RepositoryProgress {
+  url: string;
+  branch?: string;
+  /** The name of the secret holding the token. */
+  tokenSecret?: string;
+  status: 'to_clone' | 'failed' | 'cloned' | 'ready';
+  /** Why the last clone failed, while `failed`. */
+  failure?: string;
+}
+
+export interface SessionContext extends Omit<SessionInput, 'machineVersion' | 'repository'> {
   machineVersion: number;
+  /** Null without a repository. */
+  repository: RepositoryProgress | null;
   /** Agent steps taken so far. */
   iterations: number;
   /** USD spent on LLM calls so far. */
@@ -145,6 +165,7 @@ export function initialContext(input: SessionInput | undefined): SessionContext 
   return {
     ...given,
     machineVersion: given.machineVersion ?? SESSION_MACHINE_VERSION,
+    repository: given.repository ? { ...given.repository, status: 'to_clone' } : null,
     iterationBudget: given.maxIterations,
     budget: given.maxBudget,
     iterations: 0,

@@ -22,6 +22,9 @@ export type SessionEvent = Stamp &
   (
     | { type: `runtime.${RuntimeStep}` }
     | { type: 'runtime.disconnected'; reason: string }
+    | { type: 'repository.cloned' }
+    | { type: 'repository.clone_failed'; reason: string }
+    | { type: 'repository.instructions_loaded' }
     | { type: 'user.message' }
     | { type: 'user.run'; command: string }
     | { type: 'user.change_state'; state: AgentState }
@@ -142,5 +145,16 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
       return { type: 'session.fork', eventId, at, parent: event.data.conversation_id, seq: event.data.seq };
     case 'session_closed':
       return { type: 'session.close', eventId, at, reason: event.data.reason };
+    case 'repository_cloned':
+      return { type: 'repository.cloned', eventId, at };
+    case 'repository_clone_failed':
+      return {
+        type: 'repository.clone_failed',
+        eventId,
+        at,
+        reason: `the repository ${event.data.url} could not be cloned: ${event.data.message}`,
+      };
+    case 'instructions_loaded':
+      return { type: 'repository.instructions_loaded', eventId, at };
   }
 }

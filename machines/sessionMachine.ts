@@ -12,6 +12,7 @@ export {
   type SessionContext,
   type PendingCommand,
   type Deadline,
+  type RepositoryProgress,
 } from './sessionContext.ts';
 
 const THINKING = '#session.active.running.thinking';
@@ -46,6 +47,15 @@ const withinLimits = (guard: StepDue, actions: readonly StepAction[]) =>
     { guard: and([guard, 'hasLimitsLeft']), target: THINKING, reenter: true, actions: [...actions] },
     { guard, target: ERROR, actions: [...actions, 'recordLimitReached'] },
   ] as const;
+
+/** The workspace's repository, cloned and its instruction files read, while a runtime comes up (`setting_up`). */
+const repositorySteps = {
+  'repository.cloned': { guard: 'clones', actions: 'recordCloned' },
+  'repository.instructions_loaded': { guard: 'loadsInstructions', actions: 'recordInstructions' },
+} as const;
+
+/** A failed clone: the agent in error, the runtime stopped (not lost), a command sent meanwhile failed. */
+const clonesFailed = ['runtimeStopped', 'recordCloneFailure', 'recordFailure', 'failPendingCommand'] as const;
 
 /** Leaving memory keeps the agent state to come back to; never with a command still out. */
 const passivates = (state: AgentState) =>
@@ -90,6 +100,9 @@ export const sessionMachine = sessionSetup.createMachine({
           { target: 'active.awaiting_user_input', actions: ['runtimeConnected', 'clearDeadline'] },
         ],
         'runtime.disconnected': { target: 'active.error', actions: ['runtimeLost', 'recordFailure'] },
+        ...repositorySteps,
+        // Not a lost runtime: nothing brings it back by itself (a page refresh does not); `reconnect_runtime` does.
+        'repository.clone_failed': { guard: 'clones', target: 'active.error', actions: clonesFailed },
         'user.message': { actions: 'markUnread' },
         'deadline.passed': { guard: 'deadlinePassed', target: 'active.error', actions: 'recordFailure' },
         'session.rehydrate': { actions: 'forgetState' },
@@ -106,6 +119,8 @@ export const sessionMachine = sessionSetup.createMachine({
         'runtime.connected': { actions: 'runtimeConnected' },
         'runtime.stopped': { actions: 'runtimeStopped' },
         'runtime.disconnected': { target: '.error', actions: ['runtimeLost', 'recordFailure'] },
+        ...repositorySteps,
+        'repository.clone_failed': { guard: 'clones', target: '.error', actions: clonesFailed },
         'user.reconnect_runtime': { guard: 'hasLostRuntime', actions: 'requestRuntime' },
         // What an LLM call used counts in any state: a step that was cut or whose answer came too late used it too.
         'agent.usage': { actions: 'addCost' },

@@ -42,6 +42,20 @@ export const sessionSetup = setup({
     runtimeSettingUp: assign({ runtime: 'setting_up' as const }),
     runtimeConnected: assign({ runtime: 'connected' as const, runtimeLost: null }),
     runtimeStopped: assign({ runtime: 'stopped' as const }),
+    recordCloneFailure: assign({
+      repository: ({ context, event }) =>
+        context.repository && {
+          ...context.repository,
+          status: 'failed' as const,
+          failure: reasonOf(event, 'the repository could not be cloned'),
+        },
+    }),
+    recordCloned: assign({
+      repository: ({ context }) => context.repository && { ...context.repository, status: 'cloned' as const },
+    }),
+    recordInstructions: assign({
+      repository: ({ context }) => context.repository && { ...context.repository, status: 'ready' as const },
+    }),
     runtimeLost: assign({
       runtime: 'disconnected' as const,
       runtimeLost: ({ event }) => reasonOf(event, 'the runtime is not available'),
@@ -51,6 +65,12 @@ export const sessionSetup = setup({
       runtime: 'reconnecting' as const,
       runtimeCause: ({ event }) => event.eventId,
       runtimeLost: null,
+      // A repository whose clone failed is cloned again by the new runtime.
+      repository: ({ context }) => {
+        if (context.repository?.status !== 'failed') return context.repository;
+        const { failure: _failure, ...repository } = context.repository;
+        return { ...repository, status: 'to_clone' as const };
+      },
     }),
     // A running spell outlives a passivation: a session that comes back running is not one more running.
     markRunning: assign({
@@ -67,7 +87,10 @@ export const sessionSetup = setup({
     // A command sent to a lost runtime is failed, also when a reconnect comes before its report.
     failPendingCommand: assign({
       pendingCommand: ({ context }) =>
-        context.pendingCommand && { ...context.pendingCommand, lost: context.runtimeLost ?? 'the runtime was lost' },
+        context.pendingCommand && {
+          ...context.pendingCommand,
+          lost: context.runtimeLost ?? context.repository?.failure ?? 'the runtime was lost',
+        },
     }),
     // A step's cause is what the agent answers: the user message it has not
     // read yet, else the event that started the step (an observation, a resume,
@@ -208,9 +231,14 @@ export const sessionSetup = setup({
     /** The step outlived a rate-limit wait (recorded attempts): it goes on as its next attempt. */
     keepsStep: ({ context }) => context.stepCause !== null,
     hasPendingCommand: ({ context }) => context.pendingCommand !== null,
+    /** The repository is still to be cloned (once per conversation). */
+    clones: ({ context }) => context.repository?.status === 'to_clone',
+    /** Its instruction files are read once, after the clone. */
+    loadsInstructions: ({ context }) => context.repository?.status === 'cloned',
     /** No command is out (one held for a resume never started). */
     hasNoCommandOut: ({ context }) => context.pendingCommand === null || context.pendingCommand.held === true,
-    hasLostRuntime: ({ context }) => context.runtimeLost !== null,
+    /** The runtime was lost, or its repository could not be cloned: a reconnect brings a new one. */
+    hasLostRuntime: ({ context }) => context.runtimeLost !== null || context.repository?.status === 'failed',
     /** No runtime is being brought up already (a second reconnect would replace it at once). */
     runtimeNotComingUp: ({ context }) => !isComingUp(context.runtime),
     /** The log was written under version 3, whose `executing` took any command's output as its own. */

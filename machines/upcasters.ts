@@ -56,6 +56,14 @@ export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
       '(absent: enqueue) and takes `agent_usage` in any active state; no version 7 log holds any of them.',
     upcast: (event) => event,
   },
+  8: {
+    reinterprets:
+      'nothing: version 9 adds `conversation_created.repository` and the stored facts `repository_cloned`, ' +
+      '`repository_clone_failed` (the agent in error, the runtime stopped, not lost) and `instructions_loaded`, ' +
+      'kept in `context.repository`; no version 8 log holds any of them, so its `context.repository` is null and ' +
+      'its runtime starts as before. The decider proposes from machines/proposals.ts (split from decide.ts).',
+    upcast: (event) => event,
+  },
 };
 
 /**

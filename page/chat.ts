@@ -99,6 +99,14 @@ export function describe(event: StoredEvent): string {
       return `forked from ${event.data.conversation_id.slice(0, 8)} at seq ${event.data.seq}`;
     case 'session_closed':
       return `closed: ${event.data.reason}`;
+    case 'repository_cloned':
+      return `cloned ${event.data.url} (${event.data.branch} at ${event.data.commit.slice(0, 12)})`;
+    case 'repository_clone_failed':
+      return `could not clone ${event.data.url}: ${event.data.message}`;
+    case 'instructions_loaded': {
+      const files = event.data.files.map((f) => f.path + (f.truncated ? ' (cut)' : ''));
+      return `instructions read from ${files.length ? files.join(', ') : 'no file of the repository'}`;
+    }
     case 'message':
     case 'command':
     case 'command_output':

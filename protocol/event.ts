@@ -21,6 +21,25 @@ const envelope = {
 export const DoubleTexting = z.enum(['enqueue', 'interrupt', 'reject']);
 export type DoubleTexting = z.infer<typeof DoubleTexting>;
 
+/** The repository a conversation's workspace is a clone of: names only, never a token. */
+export const RepositorySpec = z.object({
+  url: z.string().describe('An https, http or ssh URL (file only where the server allows it); never with a password.'),
+  branch: z.string().optional().describe("The branch to check out (absent: the remote's default)."),
+  token_secret: z
+    .string()
+    .optional()
+    .describe("The name of the conversation's secret that holds the git provider token (never the token)."),
+});
+export type RepositorySpec = z.infer<typeof RepositorySpec>;
+
+/** One of the repository's instruction files, as read once after the clone. */
+export const InstructionsFile = z.object({
+  path: z.string().describe('Relative to the workspace: AGENTS.md or .openhands/microagents/repo.md.'),
+  text: z.string().describe("Its text, secrets masked, cut at 64 KiB (on a character's boundary)."),
+  bytes: z.number().int().min(0).describe('Its size in bytes on disk.'),
+  truncated: z.boolean(),
+});
+
 export const ConversationCreatedData = z.object({
   user: z.string(),
   initial_message: z.string().optional(),
@@ -47,6 +66,7 @@ export const ConversationCreatedData = z.object({
     'What a user message does while the agent works (`running`, `rate_limited`): `enqueue` (stored, read at the next step), `interrupt` (the agent is interrupted first), `reject` (refused with AGENT_BUSY, nothing stored). Absent: enqueue.',
   ),
   instructions: z.string().optional(),
+  repository: RepositorySpec.optional().describe('Cloned into the workspace when the runtime first starts.'),
   secret_names: z.array(z.string()).describe('Names only; values never reach the log.'),
   replay: z.boolean(),
   replay_actions: z
@@ -262,6 +282,33 @@ export const StoredEvent = z
         })
         .describe(
           "This conversation is a fork: the events before this one are copies of the parent's through seq (ids, times, causes and data kept).",
+        ),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('repository_cloned'),
+      data: z
+        .object({ url: z.string(), branch: z.string(), commit: z.string() })
+        .describe(
+          'The workspace holds the repository of `conversation_created`, at this commit: it is never cloned again.',
+        ),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('repository_clone_failed'),
+      data: z
+        .object({ url: z.string(), branch: z.string().optional(), message: z.string() })
+        .describe(
+          'The clone failed (a bad URL or branch, a refused token, a timeout): the agent is in error until a `reconnect_runtime` tries again.',
+        ),
+    }),
+    z.object({
+      ...envelope,
+      type: z.literal('instructions_loaded'),
+      data: z
+        .object({ files: z.array(InstructionsFile) })
+        .describe(
+          "The repository's instruction files, read once after the clone; the agent's system prompt holds them.",
         ),
     }),
     z.object({

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { AgentState, RuntimeStatus } from './agentState.ts';
-import { DoubleTexting, LoggedEvent, StoredEvent } from './event.ts';
+import { DoubleTexting, LoggedEvent, RepositorySpec, StoredEvent } from './event.ts';
 import { ClientId, ConversationId } from './ids.ts';
 import { MAX_MESSAGE_CHARS, UserAction } from './frames.ts';
 
@@ -22,6 +22,8 @@ export const CreateConversationBody = z
       )
       .default({}),
     instructions: z.string().max(MAX_MESSAGE_CHARS).optional(),
+    /** Cloned into the workspace before the agent's first step (checked further by the server: scheme, token_secret). */
+    repository: RepositorySpec.strict().optional(),
     /** What a user message does while the agent works (default enqueue); stored in `conversation_created`, kept by a fork. */
     double_texting: DoubleTexting.optional(),
     /** A recorded trajectory: what `GET /api/conversations/:id/events` answers, or just its `items`. */
@@ -29,7 +31,40 @@ export const CreateConversationBody = z
       .union([z.array(LoggedEvent), z.object({ items: z.array(LoggedEvent) }).transform((page) => page.items)])
       .optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((body, ctx) => {
+    const problem = body.repository && repositoryProblem(body.repository, body.secrets);
+    if (problem) ctx.addIssue({ code: 'custom', path: ['repository'], message: problem });
+  });
+
+const REPOSITORY_SCHEMES = new Set(['https:', 'http:', 'ssh:', 'file:']);
+
+/**
+ * What is wrong with a repository to clone, or null: a URL git takes (https,
+ * http, ssh or file) with no password in it (an ssh user name is fine; an
+ * https token goes in a secret named by `token_secret`, which must be one of
+ * the conversation's). Reachability and the branch are for the clone to report.
+ */
+export function repositoryProblem(
+  repository: { url: string; token_secret?: string | undefined },
+  secrets: Record<string, string>,
+): string | null {
+  let url: URL;
+  try {
+    url = new URL(repository.url);
+  } catch {
+    return 'repository.url is not a URL (use https://, http:// or ssh://; for host:path write ssh://host/path)';
+  }
+  if (!REPOSITORY_SCHEMES.has(url.protocol))
+    return `repository.url: ${url.protocol} URLs are not cloned (use https, http or ssh)`;
+  if (url.password || (url.username && url.protocol !== 'ssh:')) {
+    return 'repository.url holds credentials: put the token in a secret and name it in repository.token_secret';
+  }
+  if (repository.token_secret !== undefined && !(repository.token_secret in secrets)) {
+    return `repository.token_secret names no secret of this conversation (${repository.token_secret})`;
+  }
+  return null;
+}
 export type CreateConversationBody = z.infer<typeof CreateConversationBody>;
 
 export const ActionBody = z.object({ action: UserAction, client_id: ClientId.optional() }).strict();
@@ -52,6 +87,8 @@ export const ConversationInfo = z.object({
   owner: z.string().nullable(),
   /** The conversation and stream sequence it was forked from, or null when it was created. */
   forked_from: z.object({ conversation_id: ConversationId, seq: z.number().int().min(1) }).nullable(),
+  /** How the answering node confines commands: `bwrap` (a bubblewrap sandbox) or `none` (TETHER_SANDBOX). */
+  sandbox: z.enum(['bwrap', 'none']),
 });
 export type ConversationInfo = z.infer<typeof ConversationInfo>;
 
@@ -162,7 +199,12 @@ export const ConversationsQuery = z.object({
 export type ConversationsQuery = z.infer<typeof ConversationsQuery>;
 
 /** One item of `GET /api/conversations`: the user's index entry and the log's last sequence now. */
-export const ConversationSummary = ConversationInfo.omit({ runtime_status: true, owner: true, forked_from: true });
+export const ConversationSummary = ConversationInfo.omit({
+  runtime_status: true,
+  owner: true,
+  forked_from: true,
+  sandbox: true,
+});
 export type ConversationSummary = z.infer<typeof ConversationSummary>;
 
 export const ConversationPage = z.object({

@@ -35,6 +35,10 @@ export const ConfigSchema = z.object({
   TETHER_WS_PING_MS: positiveInt.default(30_000),
   TETHER_WS_CLOSE_TIMEOUT_MS: positiveInt.default(30_000),
   TETHER_COMMAND_TIMEOUT_MS: positiveInt.default(30_000),
+  TETHER_SANDBOX: z.enum(['auto', 'bwrap', 'none'], { error: 'use auto, bwrap or none' }).default('auto'),
+  TETHER_SANDBOX_NETWORK: z.enum(['on', 'none'], { error: 'use on or none' }).default('on'),
+  TETHER_CLONE_TIMEOUT_MS: positiveInt.default(120_000),
+  TETHER_REPO_FILE_URLS: z.enum(['allow', 'deny'], { error: 'use allow or deny' }).default('deny'),
   TETHER_OUTPUT_CAP_BYTES: positiveInt.default(65_536),
   TETHER_CLOSE_DELAY_MS: positiveInt.default(120_000),
   TETHER_IDLE_MS: positiveInt.default(900_000),
@@ -92,6 +96,12 @@ export interface Config {
     closeTimeoutMs: number;
   };
   commandTimeoutMs: number;
+  /** How shells are confined: `auto` is bwrap when it can run here, else none (with a warning). */
+  sandbox: { mode: 'auto' | 'bwrap' | 'none'; network: boolean };
+  /** How long a repository's clone may take; added to the start deadline of a conversation that has one. */
+  cloneTimeoutMs: number;
+  /** `file:` repository URLs are accepted even with tokens (users other than the operator). */
+  repoFileUrls: boolean;
   outputCapBytes: number;
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
   limits: SessionLimits;
@@ -154,6 +164,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       closeTimeoutMs: c.TETHER_WS_CLOSE_TIMEOUT_MS,
     },
     commandTimeoutMs: c.TETHER_COMMAND_TIMEOUT_MS,
+    sandbox: { mode: c.TETHER_SANDBOX, network: c.TETHER_SANDBOX_NETWORK === 'on' },
+    cloneTimeoutMs: c.TETHER_CLONE_TIMEOUT_MS,
+    repoFileUrls: c.TETHER_REPO_FILE_URLS === 'allow',
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,
     agentDelayMs: c.TETHER_AGENT_DELAY_MS,
@@ -179,6 +192,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxLive: c.TETHER_MAX_LIVE,
       maxRunningPerUser: c.TETHER_MAX_RUNNING_PER_USER,
       startTimeoutMs: c.TETHER_START_TIMEOUT_MS,
+      cloneTimeoutMs: c.TETHER_CLONE_TIMEOUT_MS,
       rateLimitRetries: c.TETHER_RATE_LIMIT_RETRIES,
       maxAttempts: c.TETHER_MAX_ATTEMPTS,
       snapshotEvery: c.TETHER_SNAPSHOT_EVERY,

@@ -37,6 +37,7 @@ export class ChatTranscript {
   readonly #maxChars: number;
   readonly #messages: ChatMessage[] = [{ role: 'system', content: systemPrompt(undefined) }];
   #instructions: string | undefined;
+  #repositoryFiles: EventOf<'instructions_loaded'>['data']['files'] = [];
   readonly #agentCommands = new Set<number>();
   /** Where the tool result of each agent command still without output sits in `#messages`. */
   readonly #placeholders = new Map<number, number>();
@@ -54,7 +55,12 @@ export class ChatTranscript {
     switch (event.type) {
       case 'conversation_created':
         this.#instructions ??= event.data.instructions;
-        this.#messages[0] = { role: 'system', content: systemPrompt(this.#instructions) };
+        this.#messages[0] = { role: 'system', content: systemPrompt(this.#instructions, this.#repositoryFiles) };
+        break;
+      // Read once, after the clone, and stored: a restart, a replay or a fork tells the agent the same.
+      case 'instructions_loaded':
+        this.#repositoryFiles = event.data.files;
+        this.#messages[0] = { role: 'system', content: systemPrompt(this.#instructions, this.#repositoryFiles) };
         break;
       case 'message':
       case 'finish':
@@ -111,9 +117,18 @@ export function toChatMessages(history: Iterable<StoredEvent>, options: ChatMess
   return [...transcript.messages];
 }
 
-function systemPrompt(instructions: string | undefined): string {
-  if (!instructions?.trim()) return SYSTEM_PROMPT;
-  return `${SYSTEM_PROMPT}\n\nInstructions for this conversation:\n${instructions}`;
+/** The system prompt: the agent's rules, then the repository's instruction files, then the conversation's own. */
+function systemPrompt(
+  instructions: string | undefined,
+  files: EventOf<'instructions_loaded'>['data']['files'] = [],
+): string {
+  const parts = [SYSTEM_PROMPT];
+  for (const file of files) {
+    const cut = file.truncated ? `\n[cut: the file has ${file.bytes} bytes]` : '';
+    parts.push(`Instructions from the repository's ${file.path}:\n${file.text}${cut}`);
+  }
+  if (instructions?.trim()) parts.push(`Instructions for this conversation:\n${instructions}`);
+  return parts.join('\n\n');
 }
 
 function agentCommand(

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { llmAgent, scriptedAgent } from '../agent/index.ts';
 import { loadConfig, type Config } from '../config.ts';
 import { errorFields, jsonLogger, type Logger } from '../logger.ts';
-import { localRuntimeProvider } from '../runtime/index.ts';
+import { localRuntimeProvider, probeBwrap, type SandboxOptions } from '../runtime/index.ts';
 import { authenticator, pageAssets, startingServer } from '../server/index.ts';
 import {
   connectNats,
@@ -80,6 +80,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
           : undefined,
       cluster: await kvClusterStore(connection, { leaseMs: config.leaseMs, replicas }),
     }));
+    const sandbox = await chooseSandbox(config, logger);
     tether = createTether({
       stores: opened.stores,
       runtimes: localRuntimeProvider({
@@ -88,6 +89,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         outputCapBytes: config.outputCapBytes,
         // A frozen node's commands die within half a lease, before another node can take the conversation.
         heartbeatTimeoutMs: config.leaseMs / 2,
+        sandbox,
       }),
       secrets: opened.secrets,
       // Every node on one NATS is one cluster: ownership by heartbeat and owner records.
@@ -112,6 +114,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         ws: config.ws,
         ready: async () => natsReady && (await natsAnswers(connection)),
         page: pageAssets(),
+        // The operator alone (no tokens) may clone from this machine's folders.
+        fileRepositories: config.repoFileUrls || (config.tokens.size === 0 && config.jwtSecret === undefined),
       },
     });
     await tether.start();
@@ -262,4 +266,21 @@ async function listenOrExplain(http: Server, config: Config): Promise<AddressInf
 function codeOrigin(): string {
   const file = fileURLToPath(import.meta.url);
   return file.endsWith('.js') ? 'dist (compiled JavaScript)' : 'sources (TypeScript through tsx)';
+}
+
+/**
+ * The sandbox of this node's shells: bwrap when TETHER_SANDBOX says so (a
+ * bwrap that cannot run here stops the start) or, under `auto`, when it can
+ * run; else none, with a warning. bwrap is tried once, as the runtimes will run it.
+ */
+async function chooseSandbox(config: Config, logger: Logger): Promise<SandboxOptions | undefined> {
+  const { mode, network } = config.sandbox;
+  if (mode === 'none') return undefined;
+  const refused = await probeBwrap({ network });
+  if (refused === null) return { network };
+  if (mode === 'bwrap') throw new Error(`TETHER_SANDBOX=bwrap, but ${refused}`);
+  logger.warn('commands run without a sandbox (TETHER_SANDBOX=auto): install bubblewrap to confine them', {
+    reason: refused,
+  });
+  return undefined;
 }

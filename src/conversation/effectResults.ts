@@ -8,6 +8,8 @@ export const STATUS = {
   connecting: { level: 'info', id: 'STATUS$CONNECTING_RUNTIME', message: 'Connecting to the runtime...' },
   setting_up: { level: 'info', id: 'STATUS$SETTING_UP_WORKSPACE', message: 'Setting up the workspace...' },
   connected: { level: 'info', id: 'STATUS$RUNTIME_CONNECTED', message: 'The runtime is ready.' },
+  cloning: { level: 'info', id: 'STATUS$CLONING_REPOSITORY', message: 'Cloning the repository...' },
+  cloneFailed: { level: 'error', id: 'STATUS$ERROR_CLONE', message: 'The repository could not be cloned.' },
   failed: { level: 'error', id: 'STATUS$ERROR_RUNTIME_DISCONNECTED', message: 'The runtime is not available.' },
   llmAuthentication: { level: 'error', id: 'STATUS$ERROR_LLM_AUTHENTICATION', message: 'The LLM refused the API key.' },
   rateLimited: {

@@ -1,11 +1,12 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { DecisionInput, Effect } from '../../machines/index.ts';
+import type { DecisionInput, Effect, RepositoryProgress } from '../../machines/index.ts';
 import type { Agent, AgentContext } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { DeltaFrame, StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { DeltaChannel, EventLog, StatusChannel } from '../store/index.ts';
+import { prepareRepository } from './repositoryStart.ts';
 import { AgentSteps } from './agentSteps.ts';
 import type { DeltaStream } from './deltaStream.ts';
 import { outcomeOf, STATUS } from './effectResults.ts';
@@ -26,6 +27,8 @@ export interface EffectDeps {
   /** Given to the runtime's environment; never stored. */
   secrets: Record<string, string>;
   commandTimeoutMs?: number;
+  /** How long a repository's clone may take (default 120 s). */
+  cloneTimeoutMs?: number;
   /** False once this node may no longer act as the conversation's owner (its lease lapsed): no effect starts. */
   leaseValid?: () => boolean;
 }
@@ -40,6 +43,8 @@ export interface EffectHost {
   runtimeCause(): number;
   /** Why the runtime is down, from the session's state (the log), or null. */
   runtimeLost(): string | null;
+  /** The conversation's repository and how far its workspace has come (the log), or null without one. */
+  repository(): RepositoryProgress | null;
 }
 
 /** A workspace's own set-up script, relative to the workspace. */
@@ -98,6 +103,10 @@ export class EffectRunner {
   /** Stops every effect and the runtime; `why` names the cause in debug lines. */
   async stop(why: string): Promise<void> {
     this.#abort.abort();
+    // A start under way (a clone, a sandbox coming up) sees the abort and ends: wait for it, boundedly
+    // (a stop asked from inside the start's own decision must not wait for itself).
+    const starting = this.#starting?.done.catch(() => undefined);
+    if (starting) await Promise.race([starting, new Promise((resolve) => setTimeout(resolve, 1_000).unref())]);
     const runtime = this.#runtime;
     this.#runtime = null;
     if (runtime) await this.#timed('runtime stop', why, () => runtime.process.stop());
@@ -198,6 +207,11 @@ export class EffectRunner {
       await runtime.start();
       if (this.#abort.signal.aborted) throw new Error('the session is closing');
       await this.#progress('setting_up');
+      const repository = { host: this.#host, deps: this.#deps, signal: this.#abort.signal };
+      if (!(await prepareRepository(repository, runtime.workspace, (frame) => this.#status(frame)))) {
+        await runtime.stop();
+        return null;
+      }
       await this.#setUpWorkspace(runtime);
       if (!runtime.alive) throw new Error('the runtime exited while it was being set up');
     } catch (err) {

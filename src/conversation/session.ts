@@ -74,6 +74,7 @@ export class Session {
         decide: (input) => this.decide(input),
         runtimeCause: () => this.snapshot?.context.runtimeCause ?? 0,
         runtimeLost: () => this.snapshot?.context.runtimeLost ?? null,
+        repository: () => this.snapshot?.context.repository ?? null,
       },
       deps,
       (deadline) => void this.#deadlinePassed(deadline),

@@ -89,10 +89,12 @@ export class HostCommands implements ConversationCommands {
       max_iterations: body.max_iterations,
       ...(body.max_budget !== undefined && { max_budget: body.max_budget }),
       ...(body.instructions !== undefined && { instructions: body.instructions }),
+      ...(body.repository !== undefined && { repository: body.repository }),
       secret_names: Object.keys(body.secrets),
       replay: body.replay !== undefined,
       ...(body.replay !== undefined && { replay_actions: trajectoryActions(body.replay.map((item) => item.event)) }),
-      start_timeout_ms: limits.startTimeoutMs,
+      // A clone is part of the start: its own bound is added to the start's.
+      start_timeout_ms: limits.startTimeoutMs + (body.repository ? limits.cloneTimeoutMs : 0),
       max_rate_limit_retries: limits.rateLimitRetries,
       max_attempts: limits.maxAttempts,
       double_texting: body.double_texting ?? 'enqueue',

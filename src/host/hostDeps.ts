@@ -21,6 +21,8 @@ export const DEFAULT_MAX_ATTEMPTS = 3;
 export interface SessionLimits extends PassivationLimits {
   /** A session that has not started this long after creation reports error. */
   startTimeoutMs: number;
+  /** How long a repository's clone may take; added to the start deadline of a conversation that has one. */
+  cloneTimeoutMs: number;
   /** Rate-limited attempts of one agent step before it gives up in error; recorded in each new conversation's creation. */
   rateLimitRetries: number;
   /** Attempts one agent step may take (a rate limit, a failing server, a cut stream, its owner lost); recorded in each new conversation's creation. */
@@ -39,6 +41,7 @@ export const DEFAULT_LIMITS: SessionLimits = {
   maxLive: 10_000,
   maxRunningPerUser: 3,
   startTimeoutMs: 60_000,
+  cloneTimeoutMs: 120_000,
   rateLimitRetries: DEFAULT_RATE_LIMIT_RETRIES,
   maxAttempts: DEFAULT_MAX_ATTEMPTS,
   snapshotEvery: 200,

@@ -101,7 +101,8 @@ export class NodeHost {
       maxRunningPerUser: limits.maxRunningPerUser,
     });
     const reads = new ConversationReads({ ...deps, checkpoints }, (id) => live.get(id));
-    this.queries = new HostQueries({ reads, ownership, liveCount: () => live.size, clock });
+    const sandbox = deps.runtimes.sandbox ?? 'none';
+    this.queries = new HostQueries({ reads, ownership, liveCount: () => live.size, clock, sandbox });
     const purge = new ConversationPurge({ ...deps, checkpoints, secrets, ownership, logger });
     const forks = new ConversationForks({
       ...deps,

@@ -30,6 +30,8 @@ export interface HostQueriesDeps {
   /** Sessions in this process's memory. */
   liveCount(): number;
   clock: () => Date;
+  /** How this node's runtimes confine commands. */
+  sandbox: 'bwrap' | 'none';
 }
 
 /** The node's queries: the user's index, a pure fold of the log, and the cluster's heartbeats. */
@@ -48,7 +50,7 @@ export class HostQueries implements ConversationQueries {
 
   async info(conversationId: string, user: string): Promise<ConversationInfo> {
     const info = await this.#deps.reads.info(conversationId, user);
-    return { ...info, owner: await this.#deps.ownership.ownerOf(conversationId) };
+    return { ...info, owner: await this.#deps.ownership.ownerOf(conversationId), sandbox: this.#deps.sandbox };
   }
 
   events(conversationId: string, user: string, page: { afterSeq: number; limit: number }): Promise<ReadPage> {

@@ -100,7 +100,7 @@ export class ConversationReads {
   }
 
   /** A conversation as it stands. */
-  async info(conversationId: string, user: string): Promise<Omit<ConversationInfo, 'owner'>> {
+  async info(conversationId: string, user: string): Promise<Omit<ConversationInfo, 'owner' | 'sandbox'>> {
     const { created_at } = await this.entryOf(conversationId, user);
     const { snapshot, throughSeq, live } = await this.peek(conversationId);
     return {

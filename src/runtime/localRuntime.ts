@@ -1,21 +1,49 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdir } from 'node:fs/promises';
 import type { Socket } from 'node:net';
+import type { Readable } from 'node:stream';
 import { RuntimeDeadError } from './errors.ts';
 import { heartbeat, lifeline } from './lifeline.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
 import type { CommandResult, RunOptions, Runtime, RuntimeExit } from './runtime.ts';
-import { exitOf, lastPid, notRun, processState, reapStragglers, signalGroup } from './shellProcess.ts';
+import {
+  bwrapArgs,
+  SANDBOX_INFO_FD,
+  sandboxEnv,
+  sandboxPids,
+  sandboxExit,
+  exportLines,
+  type SandboxOptions,
+} from './sandbox.ts';
+import {
+  ended,
+  exitOf,
+  killAll,
+  lastPid,
+  notRun,
+  processState,
+  reapStragglers,
+  signalGroup,
+  signalPid,
+} from './shellProcess.ts';
 
 export interface LocalRuntimeConfig {
   workspace: string;
+  /** The shells' environment, without the conversation's secrets. */
   env: Record<string, string>;
+  /**
+   * The conversation's secrets, for the shell: in its environment, or in a sandbox
+   * exported by the shell itself, so that bwrap (which runs outside) never sees them.
+   */
+  secrets?: Record<string, string>;
   shell: string;
   commandTimeoutMs: number;
   outputCapBytes: number;
   interruptGraceMs: number;
   /** See `LocalRuntimeProviderOptions.heartbeatTimeoutMs`. */
   heartbeatTimeoutMs?: number;
+  /** Set: the shell runs in a bubblewrap sandbox (see `sandbox.ts`); unset: a plain shell of this user. */
+  sandbox?: SandboxOptions;
 }
 
 const START_TIMEOUT_MS = 10_000;
@@ -70,6 +98,13 @@ export class LocalRuntime implements Runtime {
   readonly workspace: string;
   private state: State = 'new';
   private child: ChildProcessWithoutNullStreams | undefined;
+  /**
+   * The current shell's process group (what an interrupt signals) and the
+   * shell's own pid: both the shell's pid without a sandbox; in one, the
+   * sandbox's init leads the group. Unknown for the first milliseconds of a
+   * sandbox, during which no command is sent.
+   */
+  private shell: { group: number; pid: number } | undefined;
   private starting: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
   private queue: Job[] = [];
@@ -89,9 +124,14 @@ export class LocalRuntime implements Runtime {
     return this.state === 'alive';
   }
 
-  /** The shell's process id (also its process group id); undefined when no shell runs. */
+  /** The shell's process id (in a sandbox, as this machine sees it); undefined when no shell runs. */
   get pid(): number | undefined {
-    return this.child?.pid;
+    return this.shell?.pid;
+  }
+
+  /** The process group of the shell and its commands; undefined when no shell runs. */
+  get pgid(): number | undefined {
+    return this.shell?.group;
   }
 
   start(): Promise<void> {
@@ -143,9 +183,9 @@ export class LocalRuntime implements Runtime {
    */
   private watch(): void {
     this.watchdog = setInterval(() => {
-      const child = this.child;
-      if (!child?.pid || this.state !== 'alive') return;
-      const state = processState(child.pid);
+      const pid = this.shell?.pid;
+      if (pid === undefined || this.state !== 'alive') return;
+      const state = processState(pid);
       if (state === 'T' || state === 't' || state === 'Z' || state === 'X') {
         this.die(
           { code: null, signal: state === 'Z' || state === 'X' ? 'SIGKILL' : 'SIGSTOP' },
@@ -160,26 +200,43 @@ export class LocalRuntime implements Runtime {
     clearInterval(this.watchdog);
     this.stopHeartbeat?.();
     const child = this.child;
+    const shell = this.shell;
     this.child = undefined;
+    this.shell = undefined;
     this.state = 'stopped';
     this.listeners.clear();
     this.failAll(new RuntimeDeadError(`runtime of ${this.conversationId} was stopped`));
     if (child) {
       const exited = exitOf(child);
-      signalGroup(child, 'SIGKILL');
+      killAll(child, shell);
       await exited;
+      // In a sandbox bwrap may exit before its init and the shell are gone: stopped means gone.
+      if (shell && shell.pid !== child.pid) await ended(shell.pid);
     }
   }
 
   private spawnShell(): void {
-    const child = spawn(this.config.shell, ['--noprofile', '--norc'], {
-      cwd: this.workspace,
-      env: this.config.env,
-      detached: true, // own process group, so a signal reaches the shell and its children
-      // fd 3 is a lifeline: it closes when this process dies, even by SIGKILL (see lifeline.ts).
-      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
-    });
+    const { sandbox, shell, env, secrets = {} } = this.config;
+    const argv = [shell, '--noprofile', '--norc'];
+    const child: ChildProcessWithoutNullStreams = spawn(
+      sandbox ? 'bwrap' : shell,
+      sandbox
+        ? [...bwrapArgs(this.workspace, sandbox), '--info-fd', String(SANDBOX_INFO_FD), '--', ...argv]
+        : argv.slice(1),
+      {
+        cwd: this.workspace,
+        // bwrap runs outside the sandbox: a secret named PATH or LD_PRELOAD must not reach it.
+        env: sandbox ? sandboxEnv(env) : { ...env, ...secrets },
+        detached: true, // own process group, so a signal reaches the shell and its children
+        // fd 3 is a lifeline: it closes when this process dies, even by SIGKILL (see lifeline.ts);
+        // fd 4 is where bwrap tells the pid of its child.
+        stdio: sandbox ? ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'] : ['pipe', 'pipe', 'pipe', 'pipe'],
+      },
+    );
     this.child = child;
+    this.shell = undefined;
+    if (!sandbox) this.shell = child.pid === undefined ? undefined : { group: child.pid, pid: child.pid };
+    else void this.learnSandboxPids(child);
     const line = child.stdio[3] as Socket | null;
     line?.unref();
     line?.on('error', () => {}); // a heartbeat to a shell that died; the exit handler reports it
@@ -188,8 +245,9 @@ export class LocalRuntime implements Runtime {
     child.stdout.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
     child.stderr.on('data', (chunk: Buffer) => mine() && this.onOutput(chunk));
     child.on('error', (error) => mine() && this.die({ code: null, signal: null }, error));
-    child.on('exit', (code, signal) => mine() && this.die({ code, signal }));
-    child.stdin.write(lifeline(this.config.heartbeatTimeoutMs) + SHELL_PRELUDE);
+    child.on('exit', (code, signal) => mine() && this.die(sandbox ? sandboxExit(code, signal) : { code, signal }));
+    const exports = sandbox ? exportLines(secrets) : '';
+    child.stdin.write(lifeline(this.config.heartbeatTimeoutMs) + exports + SHELL_PRELUDE);
     const { heartbeatTimeoutMs } = this.config;
     // One timer for the runtime, whichever shell is current (replaceShell spawns another).
     if (heartbeatTimeoutMs !== undefined && !this.stopHeartbeat) {
@@ -197,14 +255,25 @@ export class LocalRuntime implements Runtime {
     }
   }
 
+  /** Commands wait until the sandbox's pids are known, so that an interrupt reaches them. */
+  private async learnSandboxPids(child: ChildProcessWithoutNullStreams): Promise<void> {
+    const pids = await sandboxPids(child.stdio[SANDBOX_INFO_FD] as Readable);
+    if (this.child !== child) return;
+    if (!pids) return signalGroup(child, 'SIGKILL'); // its exit reports the death
+    this.shell = { group: pids.group, pid: pids.shell };
+    this.pump();
+  }
+
   private die(exit: RuntimeExit, cause?: unknown): void {
     clearInterval(this.watchdog);
     this.stopHeartbeat?.();
     const wasAlive = this.state === 'alive';
     const child = this.child;
+    const shell = this.shell;
     this.child = undefined;
+    this.shell = undefined;
     this.state = 'dead';
-    signalGroup(child, 'SIGKILL'); // children the shell left behind
+    killAll(child, shell); // children the shell left behind
     const how = exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`;
     this.failAll(new RuntimeDeadError(`the shell of ${this.conversationId} exited (${how})`, { cause }));
     const listeners = [...this.listeners];
@@ -226,7 +295,7 @@ export class LocalRuntime implements Runtime {
   }
 
   private pump(): void {
-    if (this.current || !this.child) return;
+    if (this.current || !this.child || !this.shell) return;
     const job = this.queue.shift();
     if (!job) return;
     const run: Running = {
@@ -261,15 +330,16 @@ export class LocalRuntime implements Runtime {
     run.interrupted = why;
     run.interruptedAt = performance.now();
     clearTimeout(run.timer);
-    signalGroup(this.child, 'SIGINT');
+    signalPid(-this.shell!.group, 'SIGINT');
     run.grace = setTimeout(() => this.replaceShell(run), this.config.interruptGraceMs);
   }
 
   private replaceShell(run: Running): void {
     if (this.current !== run) return;
     const stuck = this.child;
+    const stuckShell = this.shell;
     this.child = undefined; // its exit is expected: no onExit
-    signalGroup(stuck, 'SIGKILL');
+    killAll(stuck, stuckShell);
     this.spawnShell();
     this.settle(run, null, RESTART_NOTE, false);
   }
@@ -286,7 +356,7 @@ export class LocalRuntime implements Runtime {
       timed_out: run.interrupted === 'timeout',
       truncated,
     };
-    if (!run.interrupted || !reap || !this.child?.pid) {
+    if (!run.interrupted || !reap || !this.shell) {
       this.current = undefined;
       run.job.resolve(result);
       return this.pump();
@@ -294,9 +364,9 @@ export class LocalRuntime implements Runtime {
     // An interrupted command is over only when nothing it started is left: what ignored
     // the SIGINT (a background job) gets SIGKILL once the grace period is over. What earlier
     // commands left running on purpose is spared.
-    const pgid = this.child.pid;
+    const shell = this.shell;
     const until = (run.interruptedAt ?? performance.now()) + this.config.interruptGraceMs;
-    void reapStragglers(pgid, run.firstPid, until, () => this.child?.pid === pgid).then(async (killed) => {
+    void reapStragglers(shell, run.firstPid, until, () => this.shell === shell).then(async (killed) => {
       if (this.current === run) this.current = undefined;
       // bash reports the jobs it lost ("Killed ...") before its next command: a no-op takes that report.
       if (killed) await this.enqueue(':', START_TIMEOUT_MS, undefined, true).catch(() => undefined);

@@ -3,7 +3,9 @@ import { cp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConversationId } from '../../protocol/index.ts';
 import { LocalRuntime } from './localRuntime.ts';
+import { cloneRepository } from './gitClone.ts';
 import type { RuntimeOptions, RuntimeProvider } from './runtime.ts';
+import type { SandboxOptions } from './sandbox.ts';
 
 export interface LocalRuntimeProviderOptions {
   /** Each conversation works in `<workspaceRoot>/<conversationId>`, created if missing. */
@@ -26,6 +28,8 @@ export interface LocalRuntimeProviderOptions {
    * lease. Unset, only this process's death ends the shell. At least 1.
    */
   heartbeatTimeoutMs?: number;
+  /** Set: each shell runs in a bubblewrap sandbox that sees only its own workspace (see `sandbox.ts`). */
+  sandbox?: SandboxOptions;
 }
 
 /** The shells' environment: this process's without Tether's and NATS's settings, and the conversation's own. */
@@ -40,7 +44,7 @@ function runtimeEnv(base: NodeJS.ProcessEnv, extra: Record<string, string> = {})
 /** Runs each conversation's commands in a local bash under `workspaceRoot`. */
 export function localRuntimeProvider(options: LocalRuntimeProviderOptions): RuntimeProvider {
   const { workspaceRoot, commandTimeoutMs = 30_000, outputCapBytes = 64 * 1024 } = options;
-  const { shell = 'bash', interruptGraceMs = 1_000, baseEnv = process.env, heartbeatTimeoutMs } = options;
+  const { shell = 'bash', interruptGraceMs = 1_000, baseEnv = process.env, heartbeatTimeoutMs, sandbox } = options;
   if (heartbeatTimeoutMs !== undefined && !(Number.isFinite(heartbeatTimeoutMs) && heartbeatTimeoutMs >= 1)) {
     throw new RangeError(`heartbeatTimeoutMs must be a finite number of at least 1, not ${heartbeatTimeoutMs}`);
   }
@@ -52,6 +56,7 @@ export function localRuntimeProvider(options: LocalRuntimeProviderOptions): Runt
     return join(workspaceRoot, conversationId);
   };
   return {
+    sandbox: sandbox ? 'bwrap' : 'none',
     async copyWorkspace(from: string, to: string): Promise<void> {
       const [source, target] = [workspaceOf(from), workspaceOf(to)];
       // A parent that never started a runtime has no workspace yet: nor has the fork.
@@ -61,15 +66,22 @@ export function localRuntimeProvider(options: LocalRuntimeProviderOptions): Runt
     async removeWorkspace(conversationId: string): Promise<void> {
       await rm(workspaceOf(conversationId), { recursive: true, force: true });
     },
+    cloneRepository(conversationId, repository, run) {
+      // Under the shells' self-kill rule: a frozen node's clone dies within the same half lease.
+      const dir = workspaceOf(conversationId);
+      return cloneRepository({ ...repository, ...run, dir, heartbeatTimeoutMs, env: baseEnv });
+    },
     create(conversationId: string, runtimeOptions: RuntimeOptions = {}): LocalRuntime {
       return new LocalRuntime(conversationId, {
         workspace: workspaceOf(conversationId),
-        env: runtimeEnv(baseEnv, runtimeOptions.env),
+        env: runtimeEnv(baseEnv),
+        secrets: runtimeOptions.env,
         shell,
         commandTimeoutMs,
         outputCapBytes,
         interruptGraceMs,
         heartbeatTimeoutMs,
+        sandbox,
       });
     },
   };

@@ -46,6 +46,8 @@ export interface RuntimeOptions {
 }
 
 export interface RuntimeProvider {
+  /** How its shells are confined (`GET /api/conversations/:id` says it); absent: none. */
+  readonly sandbox?: 'bwrap' | 'none';
   create(conversationId: string, options?: RuntimeOptions): Runtime;
   /**
    * Copies a conversation's workspace, as it is now, to a new conversation
@@ -55,4 +57,29 @@ export interface RuntimeProvider {
   copyWorkspace?(from: string, to: string): Promise<void>;
   /** Removes the workspace of a conversation that was never answered (half a fork or a creation). */
   removeWorkspace?(conversationId: string): Promise<void>;
+  /**
+   * Clones a repository into a conversation's workspace (emptied first: what
+   * an interrupted clone left), by this process, outside the sandbox. Rejects
+   * with a `CloneError` saying why. Absent: runtimes without files.
+   */
+  cloneRepository?(conversationId: string, repository: RepositoryToClone, options: CloneRun): Promise<ClonedRepository>;
+}
+
+export interface RepositoryToClone {
+  url: string;
+  branch?: string;
+  /** Given to that one git's environment only. */
+  token?: string;
+}
+
+export interface CloneRun {
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+export interface ClonedRepository {
+  /** The sha of the commit checked out. */
+  commit: string;
+  /** The branch checked out: the one asked for, else the remote's default. */
+  branch: string;
 }

@@ -23,11 +23,15 @@ export function notRun(): CommandResult {
 
 /** Signals a shell's whole process group (the command and all it started). */
 export function signalGroup(child: ChildProcessWithoutNullStreams | undefined, signal: NodeJS.Signals): void {
-  if (child?.pid === undefined) return;
+  if (child?.pid !== undefined) signalPid(-child.pid, signal);
+}
+
+/** Signals a process (or, for a negative pid, a process group) that may be gone already. */
+export function signalPid(pid: number, signal: NodeJS.Signals): void {
   try {
-    process.kill(-child.pid, signal);
+    process.kill(pid, signal);
   } catch {
-    // ESRCH: the group is already gone.
+    // ESRCH: gone.
   }
 }
 
@@ -64,11 +68,11 @@ function givenOutBetween(pid: number, since: number, now: number): boolean {
 /**
  * The live processes of process group `pgid` that a command started after
  * `since` (a `lastPid()` reading) left behind, read from /proc: not the
- * group's leader (the shell), not the shell's lifeline watcher, not zombies
+ * group's leader nor the shell (the same process, except in a sandbox, whose init leads), not the shell's lifeline watcher, not zombies
  * (they are gone, waiting to be reaped), and not what earlier commands left
  * running on purpose (their ids were given out before `since`).
  */
-export function groupStragglers(pgid: number, since?: number): number[] {
+export function groupStragglers(pgid: number, since?: number, shell = pgid): number[] {
   const found: number[] = [];
   const now = since === undefined ? undefined : lastPid();
   let entries: string[];
@@ -79,7 +83,7 @@ export function groupStragglers(pgid: number, since?: number): number[] {
   }
   for (const name of entries) {
     const pid = Number(name);
-    if (!Number.isInteger(pid) || pid === pgid) continue;
+    if (!Number.isInteger(pid) || pid === pgid || pid === shell) continue;
     if (since !== undefined && now !== undefined && !givenOutBetween(pid, since, now)) continue;
     try {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -109,19 +113,35 @@ export function signalEach(pids: readonly number[], signal: NodeJS.Signals): voi
 /**
  * Waits until `until` (performance.now()) for what an interrupted command
  * (started after the `lastPid()` reading `since`; undefined: anything in the
- * group) left in group `pgid` to end, then kills what is left with SIGKILL,
+ * group) left in the shell's group to end, then kills what is left with SIGKILL,
  * while `current()` says the group is still the runtime's. True when it killed any.
  */
 export async function reapStragglers(
-  pgid: number,
+  shell: { group: number; pid: number },
   since: number | undefined,
   until: number,
   current: () => boolean,
 ): Promise<boolean> {
-  while (groupStragglers(pgid, since).length > 0 && performance.now() < until && current()) {
+  const stragglers = () => groupStragglers(shell.group, since, shell.pid);
+  while (stragglers().length > 0 && performance.now() < until && current()) {
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
-  const left = current() ? groupStragglers(pgid, since) : [];
+  const left = current() ? stragglers() : [];
   signalEach(left, 'SIGKILL');
   return left.length > 0;
+}
+
+/** Kills a shell and everything it runs: bwrap's process group (or the shell's) and, in a sandbox, the shell's group. */
+export function killAll(child: ChildProcessWithoutNullStreams | undefined, shell: { group: number } | undefined): void {
+  signalGroup(child, 'SIGKILL');
+  if (shell && shell.group !== child?.pid) signalPid(-shell.group, 'SIGKILL');
+}
+
+/** Resolves once process `pid` has ended (gone, or a zombie waiting to be reaped), or after two seconds. */
+export async function ended(pid: number): Promise<void> {
+  for (let waited = 0; waited < 2_000; waited += 5) {
+    const state = processState(pid);
+    if (state === undefined || state === 'Z' || state === 'X') return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
 }

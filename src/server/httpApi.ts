@@ -30,6 +30,12 @@ export interface HttpApiOptions extends Omit<HostPorts, 'feed'> {
   metrics?: { contentType: string; text(): Promise<string> };
   /** The page's built files by name (`index.html`, `app.js`, `style.css`); absent: no page. */
   page?: (name: string) => PageAsset | undefined;
+  /**
+   * `file:` repository URLs are cloned (a clone by the host reads folders the
+   * sandbox hides): for a server of one user, the operator, or when allowed
+   * (TETHER_REPO_FILE_URLS). Default: refused.
+   */
+  fileRepositories?: boolean;
 }
 
 interface Ctx {
@@ -88,7 +94,7 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
       /^\/api\/conversations$/,
       async ({ req, user }) => ({
         status: 201,
-        body: await commands.create(user, await readJson(req, CreateConversationBody)),
+        body: await commands.create(user, checkedFileUrl(await readJson(req, CreateConversationBody), options)),
       }),
     ],
     [
@@ -274,4 +280,14 @@ function parseJson<T>(text: string, schema: ZodType<T>): T {
     throw new BadRequestError('BAD_JSON', 'the request body is not valid JSON');
   }
   return schema.parse(value);
+}
+
+/** A body whose repository is a `file:` URL, on a server that does not clone them, is a 400. */
+function checkedFileUrl(body: CreateConversationBody, options: HttpApiOptions): CreateConversationBody {
+  const url = body.repository && URL.parse(body.repository.url);
+  if (url?.protocol !== 'file:' || options.fileRepositories) return body;
+  throw new BadRequestError(
+    'BAD_REQUEST',
+    'repository.url: file URLs are cloned only by a server without tokens, or with TETHER_REPO_FILE_URLS=allow',
+  );
 }

@@ -38,6 +38,8 @@ export interface TetherServerOptions extends HostPorts {
   page?: (name: string) => PageAsset | undefined;
   /** Serve on this HTTP server (one from `startingServer()`, maybe listening already) instead of a new one. */
   http?: Server;
+  /** `file:` repository URLs are cloned (see `HttpApiOptions`); default: only without `authenticate` (one user). */
+  fileRepositories?: boolean;
 }
 
 export interface TetherServer {
@@ -56,7 +58,8 @@ export function tetherServer(options: TetherServerOptions): TetherServer {
   const http = options.http ?? createServer();
   // A starting server's 503 answers give way to the real ones.
   http.removeAllListeners('request').removeAllListeners('upgrade');
-  http.on('request', httpApi({ ...options, authenticate }));
+  const fileRepositories = options.fileRepositories ?? options.authenticate === undefined;
+  http.on('request', httpApi({ ...options, authenticate, fileRepositories }));
   const ws = new WsGateway({ ...options, ...options.ws, authenticate });
   http.on('upgrade', (req, socket, head) => ws.handleUpgrade(req, socket, head));
   return {

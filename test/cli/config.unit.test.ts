@@ -45,3 +45,25 @@ describe('the cluster settings', () => {
     expect(message).not.toContain(short);
   });
 });
+
+describe('the workspace settings', () => {
+  it('default to a sandbox where bwrap runs, with the network on, a 2 minute clone and no file URLs', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({ sandbox: { mode: 'auto', network: true }, repoFileUrls: false });
+    expect(config.limits.cloneTimeoutMs).toBe(120_000);
+  });
+
+  it('are read from the environment, and a bad value names its variable', () => {
+    const config = loadConfig({
+      TETHER_SANDBOX: 'bwrap',
+      TETHER_SANDBOX_NETWORK: 'none',
+      TETHER_CLONE_TIMEOUT_MS: '5000',
+      TETHER_REPO_FILE_URLS: 'allow',
+    });
+    expect(config).toMatchObject({ sandbox: { mode: 'bwrap', network: false }, repoFileUrls: true });
+    expect(config.limits.cloneTimeoutMs).toBe(5_000);
+    expect(() => loadConfig({ TETHER_SANDBOX: 'docker' })).toThrow(/TETHER_SANDBOX: use auto, bwrap or none/);
+    expect(() => loadConfig({ TETHER_SANDBOX_NETWORK: 'off' })).toThrow(/TETHER_SANDBOX_NETWORK: use on or none/);
+    expect(() => loadConfig({ TETHER_CLONE_TIMEOUT_MS: '0' })).toThrow(/TETHER_CLONE_TIMEOUT_MS/);
+  });
+});

@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { deltasOf } from '../support/deltaChecks.ts';
@@ -7,7 +7,7 @@ import { useE2e } from '../support/e2e.ts';
 import { startLlmNodes } from '../support/llmNodes.ts';
 import { streamed, type FakeLlmServer, type RecordedRequest } from '../support/fakeLlmServer.ts';
 import { allEvents, createConversation, eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
-import { processRuns } from '../support/processes.ts';
+import { hostPidOf, processRuns } from '../support/processes.ts';
 import { until } from '../support/until.ts';
 import type { Frame, WsClient } from '../support/wsClient.ts';
 
@@ -139,7 +139,9 @@ describe('an interrupt', () => {
     const pids = await until(() => {
       const files = ['cmd.pid', 'bg.pid'].map((f) => join(dir, f));
       if (!files.every((f) => existsSync(f) && readFileSync(f, 'utf8').trim())) return false;
-      return files.map((f) => Number(readFileSync(f, 'utf8')));
+      // Pids as the sandbox sees them (the same outside one): found here by their working directory.
+      const found = files.map((f) => hostPidOf(Number(readFileSync(f, 'utf8')), (p) => p.cwd === dir));
+      return found.every((pid) => pid !== undefined) && found;
     }, 'the command to start');
     expect(pids.every(processRuns)).toBe(true);
     let mark = client.frames.length;
@@ -181,7 +183,10 @@ describe('a stop', () => {
     const from = client.frames.length;
     client.send({ type: 'user_action', action: { type: 'run', command: 'echo $$ > stop.pid; exec sleep 300' } });
     const pidFile = join(workspaces(), id, 'stop.pid');
-    const pid = await until(() => existsSync(pidFile) && Number(readFileSync(pidFile, 'utf8')), 'the command');
+    const pid = await until(
+      () => existsSync(pidFile) && hostPidOf(Number(readFileSync(pidFile, 'utf8')), (p) => p.cwd === dirname(pidFile)),
+      'the command',
+    );
     client.send({ type: 'user_action', action: { type: 'change_agent_state', state: 'stopped' } });
     await stateReached(client, from, 'stopped');
     await until(() => !processRuns(pid), 'the command to die', { timeoutMs: 5_000 });

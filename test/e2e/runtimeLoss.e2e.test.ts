@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { useE2e } from '../support/e2e.ts';
-import { bashesIn } from '../support/processes.ts';
+import { runtimeShellIn } from '../support/processes.ts';
 import { createConversation, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor, type Frame } from '../support/wsClient.ts';
 
@@ -13,7 +13,8 @@ beforeAll(async () => {
 }, 60_000);
 
 /** The conversation's runtime: the bash that the server started in its workspace. */
-const runtimePid = (serverPid: number, workspace: string): number | undefined => bashesIn(workspace, serverPid)[0]?.pid;
+const runtimePid = (serverPid: number, workspace: string): number | undefined =>
+  runtimeShellIn(workspace, serverPid)?.pid;
 
 const stateIs = (state: string) => (f: Frame) =>
   f.type === 'event' && f.event.type === 'agent_state_changed' && f.event.data.state === state;

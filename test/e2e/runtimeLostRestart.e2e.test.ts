@@ -12,7 +12,7 @@ import {
   type ServerProcess,
 } from '../support/serverProcess.ts';
 import { endsAwaiting } from '../support/logQueries.ts';
-import { bashesIn, processes } from '../support/processes.ts';
+import { bashesIn, processes, runtimeShellIn } from '../support/processes.ts';
 import { SERVER_WAIT, until } from '../support/until.ts';
 
 // Everything here goes over REST: a WebSocket connection to a conversation whose
@@ -59,7 +59,7 @@ async function loseRuntime(server: ServerProcess, id: string): Promise<LoggedEve
   const [bash, sleep] = await until(
     async () => {
       const all = processes();
-      const runtime = all.find((p) => p.comm === 'bash' && p.ppid === server.pid && p.cwd === workspace);
+      const runtime = runtimeShellIn(workspace, server.pid);
       const child = runtime && all.find((p) => p.comm === 'sleep' && p.ppid === runtime.pid);
       return runtime && child ? [runtime.pid, child.pid] : undefined;
     },

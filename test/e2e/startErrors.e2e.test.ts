@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
+import { symlink } from 'node:fs/promises';
 import { connect, createServer, type Server } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, inject, it } from 'vitest';
 import { useE2e } from '../support/e2e.ts';
 import { natsBinary } from '../support/natsBinary.ts';
-import { freePort } from '../support/serverProcess.ts';
+import { createConversation, freePort, http } from '../support/serverProcess.ts';
 import { until } from '../support/until.ts';
 
 const BIN = join(resolve(dirname(fileURLToPath(import.meta.url)), '../..'), 'bin', 'tether.js');
@@ -91,6 +92,22 @@ describe('tether serve that cannot start', () => {
     expect(single.code).toBe(1);
     expect(single.stderr).toMatch(/tether: TETHER_REPLICAS=3 \(at most the number of nats-servers .*\): .*replicas/);
     expect(single.stderr).toContain('non-clustered');
+  });
+
+  it('stops under TETHER_SANDBOX=bwrap where bwrap cannot run; under auto it warns and says sandbox none', async () => {
+    // A PATH with a shell and git but no bwrap.
+    const bin = await e2e.tempDir();
+    for (const tool of ['bash', 'sh', 'git']) await symlink(join('/usr/bin', tool), join(bin, tool));
+    const env = { PATH: bin, NATS_SERVER_BIN: natsBinary() };
+    const strict = await serveUntilExit({ ...env, TETHER_PORT: '0', TETHER_SANDBOX: 'bwrap' });
+    expect(strict.code).toBe(1);
+    expect(strict.stderr).toContain('tether: TETHER_SANDBOX=bwrap, but bwrap cannot be run (spawn bwrap ENOENT)');
+
+    const server = await e2e.start({ env });
+    expect(server.stderr()).toContain('commands run without a sandbox (TETHER_SANDBOX=auto)');
+    const id = await createConversation(server.baseUrl);
+    const info = await http<{ sandbox: string }>(server.baseUrl, 'GET', `/api/conversations/${id}`);
+    expect(info.body.sandbox).toBe('none');
   });
 });
 

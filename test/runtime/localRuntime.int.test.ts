@@ -10,10 +10,13 @@ import {
   type LocalRuntimeProviderOptions,
   type RuntimeExit,
 } from '../../src/runtime/index.ts';
-import { processRuns } from '../support/processes.ts';
+import type { SandboxOptions } from '../../src/runtime/sandbox.ts';
+import { hostPidOf, processRuns } from '../support/processes.ts';
 
 let root: string;
 let runtimes: LocalRuntime[];
+/** The sandbox of the runtimes the current test creates (every test runs with none and with bwrap). */
+let sandbox: SandboxOptions | undefined;
 
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), 'tether-runtime-'));
@@ -30,7 +33,7 @@ function create(
   env?: Record<string, string>,
   conversationId = 'conv-1',
 ): LocalRuntime {
-  const provider = localRuntimeProvider({ workspaceRoot: root, interruptGraceMs: 500, ...options });
+  const provider = localRuntimeProvider({ workspaceRoot: root, interruptGraceMs: 500, sandbox, ...options });
   const runtime = provider.create(conversationId, { env }) as LocalRuntime;
   runtimes.push(runtime);
   return runtime;
@@ -49,7 +52,23 @@ function within<T>(promise: Promise<T>, ms: number): Promise<T> {
   ]);
 }
 
-describe('LocalRuntime', () => {
+/**
+ * Whether process `pid` (as the runtime's shell sees it) runs, asked inside
+ * the runtime: in a sandbox, its pids are its own.
+ */
+async function runsInside(runtime: LocalRuntime, pid: number): Promise<boolean> {
+  const check = `s=$(cat /proc/${pid}/stat 2>/dev/null) && case "$s" in *') '[ZX]' '*) echo gone;; *) echo runs;; esac || echo gone`;
+  return (await runtime.run(check)).output === 'runs\n';
+}
+
+describe.each([
+  { name: 'a plain shell', options: undefined },
+  { name: 'a bwrap sandbox', options: { network: true } },
+])('LocalRuntime in $name', ({ options }) => {
+  beforeEach(() => {
+    sandbox = options;
+  });
+
   it('returns the output and exit code of a command', async () => {
     const runtime = await started();
     await expect(runtime.run('echo hello; (exit 3)')).resolves.toEqual({
@@ -194,10 +213,10 @@ describe('LocalRuntime', () => {
     const result = await within(running, 3_000);
     const pid = Number(/^\d+$/m.exec(result.output)?.[0]);
     expect(pid, result.output).toBeGreaterThan(0);
-    expect(processRuns(pid), 'the background job outlived the abort').toBe(false);
     // It waited for the grace period (500 ms here) before SIGKILL, and no longer.
     expect(performance.now() - started_).toBeGreaterThan(400);
-    expect(processRuns(kept), "an earlier command's background job").toBe(true);
+    expect(await runsInside(runtime, pid), 'the background job outlived the abort').toBe(false);
+    expect(await runsInside(runtime, kept), "an earlier command's background job").toBe(true);
     // The shell itself was kept: its state is there for the next command.
     await expect(runtime.run('echo $PWD $KEPT')).resolves.toMatchObject({ output: '/tmp yes\n' });
   });
@@ -211,7 +230,11 @@ describe('LocalRuntime', () => {
         resolve(exit);
       }),
     );
-    const background = Number((await runtime.run('sleep 30 & echo $!')).output.trim());
+    const background = hostPidOf(
+      Number((await runtime.run('sleep 30 & echo $!')).output.trim()),
+      (p) => p.pgrp === runtime.pgid,
+    )!;
+    expect(processRuns(background)).toBe(true);
     const pending = expect(runtime.run('sleep 30')).rejects.toBeInstanceOf(RuntimeDeadError);
     process.kill(runtime.pid!, 'SIGKILL');
     await expect(within(exited, 1_000)).resolves.toEqual({ code: null, signal: 'SIGKILL' });

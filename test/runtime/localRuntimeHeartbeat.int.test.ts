@@ -44,25 +44,28 @@ describe('LocalRuntime with heartbeatTimeoutMs', () => {
     expect(runtime.alive).toBe(true);
   });
 
-  it('kills the shell and its command when the server freezes (SIGSTOP) with its end of fd 3 still open', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CHILD, root, String(HEARTBEAT_TIMEOUT_MS)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    onTestFinished(() => void child.kill('SIGKILL'));
-    const line = await new Promise<string>((resolve, reject) => {
-      createInterface({ input: child.stdout }).once('line', resolve);
-      child.once('exit', (code) => reject(new Error(`child exited early with ${code}: ${stderr}`)));
-    });
-    const pgrp = Number(line); // the shell's pid: it leads its own process group
-    onTestFinished(() => killGroup(pgrp)); // in case the test failed with the command still running
-    await expect
-      .poll(() => runningInGroup(pgrp).map((p) => p.comm), { timeout: 5_000 })
-      .toEqual(expect.arrayContaining(['bash', 'sleep']));
-    expect(runningInGroup(pgrp).map((p) => p.pid)).toContain(pgrp);
+  it.each(['plain', 'bwrap'])(
+    'kills the %s shell and its command when the server freezes (SIGSTOP) with its end of fd 3 still open',
+    async (sandbox) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', CHILD, root, String(HEARTBEAT_TIMEOUT_MS), sandbox], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      onTestFinished(() => void child.kill('SIGKILL'));
+      const line = await new Promise<string>((resolve, reject) => {
+        createInterface({ input: child.stdout }).once('line', resolve);
+        child.once('exit', (code) => reject(new Error(`child exited early with ${code}: ${stderr}`)));
+      });
+      const pgrp = Number(line); // the shell's process group: the shell leads it, or in a sandbox bwrap's init
+      onTestFinished(() => killGroup(pgrp)); // in case the test failed with the command still running
+      await expect
+        .poll(() => runningInGroup(pgrp).map((p) => p.comm), { timeout: 5_000 })
+        .toEqual(expect.arrayContaining(['bash', 'sleep']));
+      expect(runningInGroup(pgrp).map((p) => p.pid)).toContain(pgrp);
 
-    child.kill('SIGSTOP');
-    await expect.poll(() => runningInGroup(pgrp), { timeout: 1_000, interval: 50 }).toEqual([]);
-  });
+      child.kill('SIGSTOP');
+      await expect.poll(() => runningInGroup(pgrp), { timeout: 1_000, interval: 50 }).toEqual([]);
+    },
+  );
 });

@@ -55,4 +55,44 @@ describe('createTether', () => {
     await expect(fetch(`${base}/healthz`)).rejects.toThrow();
     tether = undefined;
   });
+
+  it('refuses a repository with credentials in its URL, a token_secret that names no secret, and file URLs unless allowed', async () => {
+    const start = async (server: { authenticate?: () => Promise<string>; fileRepositories?: boolean }) => {
+      await tether?.close();
+      tether = createTether({
+        stores: memoryStores(),
+        runtimes: memoryRuntimeProvider(),
+        agent: scriptedAgent(),
+        server,
+      });
+      const { port } = await tether.listen(0, '127.0.0.1');
+      return (repository: Record<string, string>, secrets: Record<string, string> = {}) =>
+        http<{ error?: { code: string; message: string } }>(`http://127.0.0.1:${port}`, 'POST', '/api/conversations', {
+          repository,
+          secrets,
+        });
+    };
+    const withTokens = await start({ authenticate: async () => 'ada' });
+    const refused = [
+      [{ url: 'https://ada:ghp_x@github.com/a/b.git' }, /holds credentials/],
+      [{ url: 'https://ada@github.com/a/b.git' }, /holds credentials/],
+      [{ url: 'git@github.com:a/b.git' }, /not a URL/],
+      [{ url: 'ftp://example.com/a.git' }, /ftp: URLs are not cloned/],
+      [{ url: 'https://github.com/a/b.git', token_secret: 'GH' }, /names no secret of this conversation \(GH\)/],
+      [{ url: 'file:///srv/repo.git' }, /file URLs are cloned only by a server without tokens/],
+    ] as const;
+    for (const [repository, message] of refused) {
+      const answer = await withTokens(repository);
+      expect(answer.status, repository.url).toBe(400);
+      expect(answer.body.error?.message).toMatch(message);
+    }
+    expect(
+      (await withTokens({ url: 'https://github.com/a/b.git', token_secret: 'GH' }, { GH: 'ghp_1234' })).status,
+    ).toBe(201);
+    expect((await withTokens({ url: 'ssh://git@github.com/a/b.git' })).status).toBe(201);
+    // One user (no tokens), or an operator who allows them: file URLs are cloned.
+    expect((await (await start({}))({ url: 'file:///srv/repo.git' })).status).toBe(201);
+    const allowed = await start({ authenticate: async () => 'ada', fileRepositories: true });
+    expect((await allowed({ url: 'file:///srv/repo.git' })).status).toBe(201);
+  });
 });

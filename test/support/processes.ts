@@ -49,6 +49,25 @@ export function bashesIn(workspace: string, parent?: number): Proc[] {
   );
 }
 
+/**
+ * The shell of a conversation's runtime that server `serverPid` started in
+ * `workspace`: a bash working there that descends from the server (its child,
+ * or in a bwrap sandbox the child of bwrap's init), not its lifeline watcher
+ * (a bash child of the shell).
+ */
+export function runtimeShellIn(workspace: string, serverPid: number): Proc | undefined {
+  const all = processes();
+  const byPid = new Map(all.map((p) => [p.pid, p]));
+  const descends = (p: Proc) => {
+    for (let up = byPid.get(p.ppid), hops = 0; up && hops < 3; up = byPid.get(up.ppid), hops++) {
+      if (up.pid === serverPid) return true;
+      if (up.comm !== 'bwrap') return false;
+    }
+    return p.ppid === serverPid;
+  };
+  return all.find((p) => p.comm === 'bash' && p.cwd === workspace && (p.ppid === serverPid || descends(p)));
+}
+
 /** The processes of a process group that still run: a zombie has exited, it only waits to be reaped. */
 export function runningInGroup(pgrp: number): Proc[] {
   return processes().filter((p) => p.pgrp === pgrp && p.state !== 'Z' && p.state !== 'X');
@@ -66,4 +85,23 @@ export function processRuns(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The pid, as this machine sees it, of the process that is `nsPid` in its own
+ * pid namespace (a sandbox's `$$` or `$!`) among those `where` picks (a group,
+ * a working directory: pids repeat across sandboxes); outside a sandbox the
+ * two pids are the same. Undefined when there is none.
+ */
+export function hostPidOf(nsPid: number, where: (p: Proc) => boolean): number | undefined {
+  for (const p of processes()) {
+    if (!where(p)) continue;
+    try {
+      const line = /^NSpid:\s*(.*)$/m.exec(readFileSync(`/proc/${p.pid}/status`, 'utf8'))?.[1] ?? '';
+      if (Number(line.trim().split(/\s+/).at(-1)) === nsPid) return p.pid;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return undefined;
 }
