@@ -6,7 +6,7 @@ import { createServer, type Server } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { useE2e } from '../support/e2e.ts';
 import { freePort, http } from '../support/serverProcess.ts';
 import { until } from '../support/until.ts';
@@ -122,6 +122,12 @@ async function untilReady(run: ClusterRun): Promise<void> {
 }
 
 describe('npm run cluster', () => {
+  /** The run the SIGKILL case kills: started with the file, so that it gets ready while the other cases run. */
+  let toKill: ClusterRun & { dataDir: string };
+  beforeAll(async () => {
+    toKill = await runCluster({ TETHER_PORT: String(await threeFreePorts()) });
+  });
+
   it('runs three nodes on a three-server NATS cluster, serves one conversation through any node, and stops every process on SIGTERM', async () => {
     const port = await threeFreePorts();
     const run = await runCluster({ TETHER_PORT: String(port), TETHER_TOKENS: `${TOKEN}:alice` });
@@ -217,7 +223,7 @@ describe('npm run cluster', () => {
   });
 
   it('leaves no process behind when the script itself is killed with SIGKILL', async () => {
-    const run = await runCluster({ TETHER_PORT: String(await threeFreePorts()) });
+    const run = toKill;
     await untilReady(run);
     const started = processesMentioning(run.dataDir).filter((p) => p.pid !== run.child.pid);
     expect(started.filter((p) => /^\S*(nats-server|node bin\/tether\.js serve) /.test(p.cmdline))).toHaveLength(6);

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { ConversationInfo, EventOf, LoggedEvent } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
 import { endsAwaiting, repliesTo, stateOf } from '../support/logQueries.ts';
@@ -33,7 +33,7 @@ let nats: NatsCluster;
 let workspaces: string;
 const dataDirs = new Map<NodeName, string>();
 /**
- * The nodes live for the whole file: one that a test stopped is started again after that test
+ * The nodes live for the whole file: one that a test stopped is started again before the next test
  * (with startServer: the fixture would stop a server started in a test's hook with that test).
  */
 const nodes = new Map<NodeName, ServerProcess>();
@@ -65,8 +65,8 @@ beforeAll(async () => {
   await Promise.all(NODES.map((name) => startNode(name)));
 }, 90_000);
 
-afterEach(async () => {
-  // A test that stopped a node starts it again: every test begins with three.
+beforeEach(async () => {
+  // A node an earlier test stopped starts again: every test begins with three (and none waits after the last).
   for (const name of NODES) {
     const server = nodes.get(name)!;
     if (await hasExited(server)) await startNode(name);

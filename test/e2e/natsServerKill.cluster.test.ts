@@ -7,7 +7,6 @@ import {
   crashLogProblems,
   deliveryProblem,
   ReadyzProbe,
-  sleep,
   untilQuiet,
   userMessages,
   type MessageAck,
@@ -28,8 +27,9 @@ const NODES = ['a', 'b'] as const;
 type NodeName = (typeof NODES)[number];
 const LEASE_MS = 2_000;
 const CONVERSATIONS = 10;
-/** Sending before the kill. */
-const BEFORE_KILL_MS = 2_500;
+/** Every client has this many messages acknowledged before the kill (traffic is under way), within the bound. */
+const ACKS_BEFORE_KILL = 3;
+const ACKS_BEFORE_KILL_TIMEOUT_MS = 10_000;
 /** Bounds after the kill: `a` on another server, `/readyz` of `a` answering 200 again. */
 const RECONNECT_TIMEOUT_MS = 10_000;
 const READY_AGAIN_TIMEOUT_MS = 15_000;
@@ -133,7 +133,11 @@ describe('kill -9 of the nats-server a node is connected to, under 20 chatting w
 
     const probe = new ReadyzProbe(node('a').baseUrl, 50);
     const runs = chatters.map((c) => c.run());
-    await sleep(BEFORE_KILL_MS);
+    await until(
+      () => chatters.every((c) => c.acksSince(0) >= ACKS_BEFORE_KILL),
+      'every client acknowledged before the kill',
+      { ...SERVER_WAIT, timeoutMs: ACKS_BEFORE_KILL_TIMEOUT_MS },
+    ).catch(() => undefined);
     const inFlightAtKill = chatters.filter((c) => c.actions.at(-1)?.ack === undefined).length;
     const ledByVictim = await streamsLedBy(victim);
     await nats.kill(victim.name);
