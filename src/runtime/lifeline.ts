@@ -14,14 +14,14 @@ import type { Socket } from 'node:net';
  * taken the conversation over, so its command must not go on. `read -t` ends
  * with a status above 128 on timeout and 1 on EOF: either ends the loop.
  */
-export function lifeline(heartbeatTimeoutMs?: number): string {
+export function lifeline(heartbeatTimeoutMs?: number, closing = ''): string {
   const wait =
     heartbeatTimeoutMs === undefined
       ? 'read -r -u 3 _'
       : `while read -r -t ${(heartbeatTimeoutMs / 1000).toFixed(3)} -u 3 _; do :; done`;
   // Its own bash, named in its argv, so that reaping what an interrupted command left behind spares it.
   // BASH_ENV emptied: a startup file from the environment (secrets included) must not end the watcher.
-  return `BASH_ENV= "\${BASH:-bash}" --noprofile --norc -c '${wait}; kill -KILL 0' ${LIFELINE_NAME} </dev/null >/dev/null 2>&1 &\nexec 3<&-\n`;
+  return `BASH_ENV= "\${BASH:-bash}" --noprofile --norc -c '${wait}; kill -KILL 0' ${LIFELINE_NAME} </dev/null >/dev/null 2>&1 ${closing}&\nexec 3<&-\n`;
 }
 
 /** The watcher's `$0`: how `groupStragglers` tells it from a command's processes. */

@@ -7,11 +7,11 @@ import { heartbeat, lifeline } from './lifeline.ts';
 import { OutputCapture, SHELL_PRELUDE } from './outputCapture.ts';
 import type { CommandResult, RunOptions, Runtime, RuntimeExit } from './runtime.ts';
 import {
-  bwrapArgs,
   SANDBOX_INFO_FD,
   sandboxEnv,
   sandboxPids,
   sandboxExit,
+  sandboxedArgv,
   exportLines,
   type SandboxOptions,
 } from './sandbox.ts';
@@ -216,13 +216,12 @@ export class LocalRuntime implements Runtime {
   }
 
   private spawnShell(): void {
-    const { sandbox, shell, env, secrets = {} } = this.config;
+    const { sandbox, shell, env, secrets = {}, heartbeatTimeoutMs } = this.config;
     const argv = [shell, '--noprofile', '--norc'];
+    // In a sandbox, a bash starts the lifeline's watcher outside it (no command reaches it), then becomes bwrap.
     const child: ChildProcessWithoutNullStreams = spawn(
-      sandbox ? 'bwrap' : shell,
-      sandbox
-        ? [...bwrapArgs(this.workspace, sandbox), '--info-fd', String(SANDBOX_INFO_FD), '--', ...argv]
-        : argv.slice(1),
+      sandbox ? 'bash' : shell,
+      sandbox ? sandboxedArgv(this.workspace, sandbox, heartbeatTimeoutMs, argv) : argv.slice(1),
       {
         cwd: this.workspace,
         // bwrap runs outside the sandbox: a secret named PATH or LD_PRELOAD must not reach it.
@@ -247,8 +246,7 @@ export class LocalRuntime implements Runtime {
     child.on('error', (error) => mine() && this.die({ code: null, signal: null }, error));
     child.on('exit', (code, signal) => mine() && this.die(sandbox ? sandboxExit(code, signal) : { code, signal }));
     const exports = sandbox ? exportLines(secrets) : '';
-    child.stdin.write(lifeline(this.config.heartbeatTimeoutMs) + exports + SHELL_PRELUDE);
-    const { heartbeatTimeoutMs } = this.config;
+    child.stdin.write((sandbox ? '' : lifeline(heartbeatTimeoutMs)) + exports + SHELL_PRELUDE);
     // One timer for the runtime, whichever shell is current (replaceShell spawns another).
     if (heartbeatTimeoutMs !== undefined && !this.stopHeartbeat) {
       this.stopHeartbeat = heartbeat(() => this.child?.stdio[3] as Socket | null | undefined, heartbeatTimeoutMs);

@@ -4,6 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import { lifeline } from './lifeline.ts';
 import { ansiCQuote } from './outputCapture.ts';
 import type { RuntimeExit } from './runtime.ts';
 
@@ -138,4 +139,29 @@ export function exportLines(variables: Record<string, string>): string {
   return Object.entries(variables)
     .map(([name, value]) => `export ${name}=${ansiCQuote(value)}\n`)
     .join('');
+}
+
+/**
+ * The script of the bash that starts a sandbox: the lifeline's watcher (see
+ * lifeline.ts), outside the sandbox where no command can see or kill it and
+ * without the info fd (bwrap's reader waits for it to close), then `exec` of
+ * bwrap (its arguments), so bwrap is this process and leads the group the
+ * watcher kills: bwrap's death ends the sandbox (`--die-with-parent`).
+ */
+export function sandboxLauncher(heartbeatTimeoutMs: number | undefined): string {
+  return `${lifeline(heartbeatTimeoutMs, `${SANDBOX_INFO_FD}>&- `)}exec "$@"\n`;
+}
+
+/**
+ * The arguments of the bash that starts `shell` (its argv) in a sandbox on
+ * `workspace`: the launcher script, then bwrap's command line.
+ */
+export function sandboxedArgv(
+  workspace: string,
+  options: SandboxOptions,
+  heartbeatTimeoutMs: number | undefined,
+  shell: readonly string[],
+): string[] {
+  const bwrap = ['bwrap', ...bwrapArgs(workspace, options), '--info-fd', String(SANDBOX_INFO_FD), '--', ...shell];
+  return ['--noprofile', '--norc', '-c', sandboxLauncher(heartbeatTimeoutMs), 'tether-sandbox', ...bwrap];
 }

@@ -75,9 +75,11 @@ describe('a command in a bwrap sandbox', () => {
     const environments = await output(runtime, "cat /proc/[0-9]*/environ | tr '\\0' '\\n' | cut -d= -f1 | sort -u");
     expect(environments).toContain('API_KEY');
     expect(environments.split('\n').filter((name) => /^(TETHER|NATS)_/.test(name))).toEqual([]);
-    // Its own pid namespace: bwrap's init, the shell and its lifeline watcher (both bash), nothing of the server.
+    // Its own pid namespace: bwrap's init and the shell, nothing of the server.
     const names = (await output(runtime, 'cat /proc/[0-9]*/comm')).trim().split('\n');
     expect(new Set(names)).toEqual(new Set(['bwrap', 'bash']));
+    // The shell alone: the lifeline's watcher runs outside, out of a command's reach.
+    expect(names.filter((name) => name === 'bash')).toHaveLength(1);
   });
 
   it('keeps the secrets from bwrap: a secret PATH cannot choose the bwrap that runs outside the sandbox', async () => {

@@ -53,7 +53,7 @@ export function bashesIn(workspace: string, parent?: number): Proc[] {
  * The shell of a conversation's runtime that server `serverPid` started in
  * `workspace`: a bash working there that descends from the server (its child,
  * or in a bwrap sandbox the child of bwrap's init), not its lifeline watcher
- * (a bash child of the shell).
+ * (a bash child of the shell, or outside a sandbox of bwrap).
  */
 export function runtimeShellIn(workspace: string, serverPid: number): Proc | undefined {
   const all = processes();
@@ -65,7 +65,16 @@ export function runtimeShellIn(workspace: string, serverPid: number): Proc | und
     }
     return p.ppid === serverPid;
   };
-  return all.find((p) => p.comm === 'bash' && p.cwd === workspace && (p.ppid === serverPid || descends(p)));
+  const watcher = (p: Proc) => {
+    try {
+      return readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').split('\0').includes('tether-lifeline');
+    } catch {
+      return true; // gone
+    }
+  };
+  return all.find(
+    (p) => p.comm === 'bash' && p.cwd === workspace && (p.ppid === serverPid || descends(p)) && !watcher(p),
+  );
 }
 
 /** The processes of a process group that still run: a zombie has exited, it only waits to be reaped. */
