@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path';
 import { TetherError } from '../errors.ts';
 import { heartbeat, lifeline } from './lifeline.ts';
 import type { ClonedRepository } from './runtime.ts';
+import { serverFreeEnv } from './serverFreeEnv.ts';
 
 export interface CloneOptions {
   /** What `git clone` is given: an https, http, ssh or git:// URL (no local path, see ALLOWED_PROTOCOLS). */
@@ -156,14 +157,13 @@ async function emptyFolder(dir: string): Promise<void> {
  * so that a remote that wants credentials fails at once instead of waiting.
  */
 function gitEnv(base: NodeJS.ProcessEnv, extra: Record<string, string>): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [name, value] of Object.entries(base)) {
-    if (value === undefined || name.startsWith('TETHER_') || name.startsWith('NATS_')) continue;
-    if (['GIT_ASKPASS', 'SSH_ASKPASS', 'SSH_AUTH_SOCK', 'BASH_ENV', 'XDG_CONFIG_HOME'].includes(name)) continue;
-    if (!REPOSITORY_VARIABLES.has(name)) env[name] = value;
-  }
+  const env = serverFreeEnv(base);
+  for (const name of [...INHERITED_CREDENTIALS, ...REPOSITORY_VARIABLES]) delete env[name];
   return { ...env, GIT_TERMINAL_PROMPT: '0', ...extra };
 }
+
+/** Inherited variables that could prompt or answer with someone else's credentials, or run code in the wrapper bash. */
+const INHERITED_CREDENTIALS = ['GIT_ASKPASS', 'SSH_ASKPASS', 'SSH_AUTH_SOCK', 'BASH_ENV', 'XDG_CONFIG_HOME'];
 
 let helper: Promise<{ askpass: string; home: string }> | undefined;
 

@@ -6,6 +6,7 @@ import { LocalRuntime } from './localRuntime.ts';
 import { cloneRepository } from './gitClone.ts';
 import type { RuntimeOptions, RuntimeProvider } from './runtime.ts';
 import type { SandboxOptions } from './sandbox.ts';
+import { serverFreeEnv } from './serverFreeEnv.ts';
 
 export interface LocalRuntimeProviderOptions {
   /** Each conversation works in `<workspaceRoot>/<conversationId>`, created if missing. */
@@ -30,15 +31,6 @@ export interface LocalRuntimeProviderOptions {
   heartbeatTimeoutMs?: number;
   /** Set: each shell runs in a bubblewrap sandbox that sees only its own workspace (see `sandbox.ts`). */
   sandbox?: SandboxOptions;
-}
-
-/** The shells' environment: this process's without Tether's and NATS's settings, and the conversation's own. */
-function runtimeEnv(base: NodeJS.ProcessEnv, extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [name, value] of Object.entries(base)) {
-    if (value !== undefined && !name.startsWith('TETHER_') && !name.startsWith('NATS_')) env[name] = value;
-  }
-  return { ...env, ...extra };
 }
 
 /** Runs each conversation's commands in a local bash under `workspaceRoot`. */
@@ -74,7 +66,7 @@ export function localRuntimeProvider(options: LocalRuntimeProviderOptions): Runt
     create(conversationId: string, runtimeOptions: RuntimeOptions = {}): LocalRuntime {
       return new LocalRuntime(conversationId, {
         workspace: workspaceOf(conversationId),
-        env: runtimeEnv(baseEnv),
+        env: serverFreeEnv(baseEnv),
         secrets: runtimeOptions.env,
         shell,
         commandTimeoutMs,

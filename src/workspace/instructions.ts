@@ -20,17 +20,18 @@ export type InstructionsFile = EventOf<'instructions_loaded'>['data']['files'][n
  * whatever the files say later.
  */
 export async function readInstructions(workspace: string): Promise<InstructionsFile[]> {
+  const root = await realpath(resolve(workspace)).catch(() => null);
+  if (root === null) return [];
   const files: InstructionsFile[] = [];
   for (const path of INSTRUCTION_FILES) {
-    const file = await readCapped(workspace, path);
+    const file = await readCapped(root, path);
     if (file) files.push(file);
   }
   return files;
 }
 
-async function readCapped(workspace: string, path: string): Promise<InstructionsFile | null> {
-  const root = await realpath(resolve(workspace)).catch(() => null);
-  if (root === null) return null;
+/** `path` under `root` (the workspace, resolved), or null when it is not a regular file inside it. */
+async function readCapped(root: string, path: string): Promise<InstructionsFile | null> {
   // Resolved first: a symlink out of the workspace (at the file or a folder above it) is not followed.
   const full = await realpath(join(root, path)).catch(() => null);
   if (full === null || !full.startsWith(root + sep)) return null;
