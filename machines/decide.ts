@@ -4,6 +4,7 @@ import type {
   EventOf,
   NewEvent,
   PassivationReason,
+  SecurityRisk,
   StoredEvent,
   UserAction,
 } from '../protocol/index.ts';
@@ -15,18 +16,18 @@ import type { SessionSnapshot } from './sessionMachine.ts';
 import { inputFrom } from './input.ts';
 import { initialSnapshot, nextSnapshot } from './step.ts';
 import {
-  agentEvent,
   agentWorks,
   ATTEMPT_MESSAGES,
   commandOutput,
   interrupted,
   nextAttempt,
   repositoryProposals,
-  unavailable,
+  unavailableResult,
   userProposals,
   type CommandResult,
   type Proposal,
 } from './proposals.ts';
+import { agentEvents, callInput, callOf, queuedResults, toolResult } from './calls.ts';
 
 type CreatedData = Omit<EventOf<'conversation_created'>['data'], 'machine_version'>;
 
@@ -43,10 +44,22 @@ const EVENT_VERSION: StoredEvent['v'] = 1;
  * `thought` is the text streamed with a tool call.
  */
 export type AgentAnswer = (
-  | { type: 'message'; content: string; waitForResponse?: false }
+  | { type: 'message'; content: string; waitForResponse?: false; callId?: string }
+  /** One shell command, waiting in confirmation mode when `risk` is high (no call id, no model rating). */
   | { type: 'run'; command: string; risk: 'low' | 'high' }
-  | { type: 'finish'; content: string }
+  /** The tool calls of one reply, in order: stored together, each run once the one before has its result. */
+  | { type: 'calls'; calls: AnswerCall[] }
+  | { type: 'finish'; content: string; callId?: string }
 ) & { thought?: string };
+
+/** One tool call of a reply, rated by the host: a shell command, or another tool. */
+/**
+ * One tool call of a reply, with its two ratings: the rules' (`risk`) and the
+ * model's (`securityRisk`; none for a call that does not act, which never waits).
+ */
+export type AnswerCall = { risk: 'low' | 'high'; securityRisk?: SecurityRisk } &
+  /** No `callId`: a command that is not a model's (a scripted or replayed agent's). */
+  ({ command: string; callId?: string } | { tool: string; arguments: Record<string, unknown>; callId: string });
 
 /**
  * What the current step's attempt has streamed so far (its deltas joined, as
@@ -71,14 +84,29 @@ export type DecisionInput =
   | { type: 'clone_failed'; message: string }
   | { type: 'instructions_loaded'; files: EventOf<'instructions_loaded'>['data']['files'] }
   | { type: 'agent_used'; usage: EventOf<'agent_usage'>['data'] }
-  /** A step's answer, by its `attempt`, after `deltas` delta frames (0 when it did not stream). */
-  | { type: 'agent_answered'; cause: number; answer: AgentAnswer; attempt?: number; deltas?: number }
+  /**
+   * A step's answer, by its `attempt`, after `deltas` delta frames (0 when it did not stream).
+   * `confirmUnknown` (TETHER_CONFIRM_UNKNOWN, default true): an unrated call needs confirmation.
+   */
+  | {
+      type: 'agent_answered';
+      cause: number;
+      answer: AgentAnswer;
+      attempt?: number;
+      deltas?: number;
+      confirmUnknown?: boolean;
+    }
   /** Attempt `attempt` of step `cause` failed in a way another attempt may not: the next one, or error past the bound. */
   | { type: 'agent_retry'; cause: number; attempt: number; reason: AttemptReason; code: string; message: string }
   | { type: 'agent_failed'; cause: number; code: string; message: string; retryAt?: string }
   | { type: 'command_finished'; cause: number; command: string; result: CommandResult }
-  | { type: 'command_interrupted'; cause: number; command: string; why: string }
-  | { type: 'command_unavailable'; cause: number; command: string; why: string }
+  /** Tool call `cause` answered (a tool's error is a result too). */
+  | { type: 'tool_finished'; cause: number; callId: string; tool: string; output: string; isError: boolean }
+  /** The MCP servers' tools, listed when a runtime started: stored only when they differ from the last listed. */
+  | { type: 'tools_listed'; servers: EventOf<'tools_listed'>['data']['servers'] }
+  /** `callId` and `tool` name a tool call (none: a shell command). */
+  | { type: 'command_interrupted'; cause: number; command: string; why: string; callId?: string; tool?: string }
+  | { type: 'command_unavailable'; cause: number; command: string; why: string; callId?: string; tool?: string }
   | { type: 'deadline'; name: Deadline['name'] }
   | { type: 'passivate'; reason: PassivationReason }
   | { type: 'rehydrate'; from: 'snapshot' | 'log'; folded: number; recordedState?: AgentState }
@@ -188,7 +216,10 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
     case 'runtime_progress':
       return [{ source: env, type: 'runtime_status', data: { status: input.status } }];
     case 'runtime_lost':
-      return [{ source: env, type: 'runtime_status', data: { status: 'disconnected', message: input.message } }];
+      return [
+        { source: env, type: 'runtime_status', data: { status: 'disconnected', message: input.message } },
+        ...lostCalls(snapshot, input.message),
+      ];
     case 'repository_cloned':
     case 'clone_failed':
     case 'instructions_loaded':
@@ -197,7 +228,14 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
     case 'agent_used':
       return [{ source: 'agent', type: 'agent_usage', data: input.usage }];
     case 'agent_answered':
-      return [agentEvent(input.answer, input.cause, input.attempt ?? snapshot.context.attempt, input.deltas ?? 0)];
+      // Only the current step's current attempt: a late reply's later calls must not join the calls out.
+      if (input.cause !== snapshot.context.stepCause) return [];
+      if (input.attempt !== undefined && input.attempt !== snapshot.context.attempt) return [];
+      return agentEvents(
+        input.answer,
+        { cause: input.cause, attempt: input.attempt ?? snapshot.context.attempt, deltas: input.deltas ?? 0 },
+        input.confirmUnknown ?? true,
+      );
     case 'agent_retry': {
       const { stepCause, attempt } = snapshot.context;
       if (input.cause !== stepCause || input.attempt !== attempt) return [];
@@ -209,11 +247,17 @@ function proposalsFor(snapshot: SessionSnapshot, input: Exclude<DecisionInput, {
       return [{ source: 'agent', type: 'agent_error', data, cause }];
     }
     case 'command_finished':
-      return [commandOutput(input.cause, input.command, input.result)];
+      return [commandOutput(input.cause, input.command, input.result, callOf(snapshot, input.cause))];
+    case 'tool_finished': {
+      const { cause, callId, tool, output, isError } = input;
+      return [toolResult(cause, { call_id: callId, tool, output, is_error: isError })];
+    }
+    case 'tools_listed':
+      return [{ source: env, type: 'tools_listed', data: { servers: input.servers } }];
     case 'command_interrupted':
-      return [interrupted(input.cause, input.command, input.why)];
+      return [interrupted({ ...input, callId: input.callId ?? callOf(snapshot, input.cause) })];
     case 'command_unavailable':
-      return [commandOutput(input.cause, input.command, unavailable(input.why))];
+      return [unavailableResult({ ...input, callId: input.callId ?? callOf(snapshot, input.cause) })];
     case 'deadline': {
       const timeout: NewEvent = {
         source: env,
@@ -248,13 +292,9 @@ function passivation(snapshot: SessionSnapshot, reason: PassivationReason): Prop
   const { pendingCommand, runtime } = snapshot.context;
   const out: Proposal[] = [];
   if (pendingCommand && !pendingCommand.held && !snapshot.matches({ active: 'awaiting_user_confirmation' })) {
-    out.push(
-      interrupted(
-        pendingCommand.eventId,
-        pendingCommand.command,
-        'the session left memory before this command finished',
-      ),
-    );
+    // The reply's later calls first: once the running one has its result, none may start.
+    out.push(...queuedResults(snapshot, 'the session left memory before its turn'));
+    out.push(interrupted(callInput(pendingCommand, 'the session left memory before this command finished')));
   }
   if (runtime !== 'stopped' && runtime !== 'disconnected') {
     out.push({ source: 'environment', type: 'runtime_status', data: { status: 'stopped' } });
@@ -299,6 +339,23 @@ function rehydration(
       : null,
   );
   return out;
+}
+
+/**
+ * What a lost runtime leaves of the calls: the one out, waiting for
+ * confirmation or held by a pause is answered as unavailable (a tool call's
+ * effect is cut, and nothing would bring back one that waits), then the
+ * reply's later calls. A shell command out is left to its own report (its
+ * output, or `command_unavailable`, follows the loss).
+ */
+function lostCalls(snapshot: SessionSnapshot, why: string): NewEvent[] {
+  const { pendingCommand } = snapshot.context;
+  const out: NewEvent[] = [];
+  const running = snapshot.matches({ active: { running: 'executing' } }) && !pendingCommand?.tool;
+  if (pendingCommand && !pendingCommand.interrupted && !running) {
+    out.push(unavailableResult(callInput(pendingCommand, why)));
+  }
+  return [...out, ...queuedResults(snapshot, `the runtime was lost before its turn (${why})`)];
 }
 
 /** The `agent_state_changed` fact a transition leads to, or null when the agent state stayed. */

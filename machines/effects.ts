@@ -1,4 +1,4 @@
-import { isComingUp, type Deadline } from './sessionContext.ts';
+import { isComingUp, type Deadline, type PendingCommand } from './sessionContext.ts';
 import type { SessionSnapshot } from './sessionMachine.ts';
 
 /**
@@ -13,10 +13,12 @@ export type Effect =
   | { type: 'ask_agent'; cause: number; attempt: number }
   /** Run command `cause` in the runtime. */
   | { type: 'run_command'; cause: number; command: string }
-  /** The runtime died and no reconnect replaced it: command `cause` fails at once, with `why`. */
-  | { type: 'fail_command'; cause: number; command: string; why: string }
-  /** Command `cause` was out when the process died: reported interrupted, never run again. */
-  | { type: 'interrupt_command'; cause: number; command: string }
+  /** Make tool call `cause` (a `tool_call`: a file tool or an MCP tool). */
+  | { type: 'call_tool'; cause: number; callId: string; tool: string; arguments: Record<string, unknown> }
+  /** The runtime died and no reconnect replaced it: command (or tool call) `cause` fails at once, with `why`. */
+  | { type: 'fail_command'; cause: number; command: string; why: string; callId?: string; tool?: string }
+  /** Command (or tool call) `cause` was out when the process died: reported interrupted, never run again. */
+  | { type: 'interrupt_command'; cause: number; command: string; callId?: string; tool?: string }
   /** Wake up at the deadline, then tell the decider it passed. */
   | { type: 'wake_at'; deadline: Deadline };
 
@@ -37,18 +39,31 @@ export function effectsOf(snapshot: SessionSnapshot): Effect[] {
   }
   const pending = context.pendingCommand;
   if (pending?.interrupted) {
-    effects.push({ type: 'interrupt_command', cause: pending.eventId, command: pending.command });
+    effects.push({ type: 'interrupt_command', cause: pending.eventId, command: pending.command, ...callOf(pending) });
   } else if (pending && snapshot.matches({ active: { running: 'executing' } })) {
     const { eventId: cause, command } = pending;
     // Sent to a lost runtime (or one whose repository could not be cloned): it fails, also once a
     // reconnect has come before its report.
     const lost = context.runtimeLost ?? pending.lost ?? context.repository?.failure ?? null;
-    effects.push(
-      lost === null ? { type: 'run_command', cause, command } : { type: 'fail_command', cause, command, why: lost },
-    );
+    if (lost !== null) effects.push({ type: 'fail_command', cause, command, why: lost, ...callOf(pending) });
+    else if (pending.tool)
+      effects.push({
+        type: 'call_tool',
+        cause,
+        callId: pending.callId ?? `call_${cause}`,
+        tool: pending.tool.name,
+        arguments: pending.tool.arguments,
+      });
+    else effects.push({ type: 'run_command', cause, command });
   }
   if (context.deadline) effects.push({ type: 'wake_at', deadline: context.deadline });
   return effects;
+}
+
+/** A tool call's id and tool, for the result of one that fails or was interrupted (none for a shell command). */
+function callOf(pending: PendingCommand): { callId?: string; tool?: string } {
+  if (!pending.tool) return pending.callId === undefined ? {} : { callId: pending.callId };
+  return { callId: pending.callId ?? `call_${pending.eventId}`, tool: pending.tool.name };
 }
 
 /** One name per effect and cause (and attempt): the host starts each once. */

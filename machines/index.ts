@@ -30,6 +30,7 @@ export { inputFrom } from './input.ts';
 export {
   decide,
   type AgentAnswer,
+  type AnswerCall,
   type Decision,
   type DecisionInput,
   type DecisionStamp,
@@ -37,4 +38,5 @@ export {
   type RefusalCode,
 } from './decide.ts';
 export { effectsOf, effectKey, type Effect } from './effects.ts';
+export { needsConfirmation } from './calls.ts';
 export { UPCASTERS, upcasterFor, type Upcaster } from './upcasters.ts';

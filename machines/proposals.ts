@@ -1,5 +1,6 @@
 import type { AttemptReason, EventOf, NewEvent, UserAction } from '../protocol/index.ts';
-import type { AgentAnswer, DecisionInput, Streamed } from './decide.ts';
+import { callFailure, callInput, queuedResults, type CallInput } from './calls.ts';
+import type { DecisionInput, Streamed } from './decide.ts';
 import { LEGACY_MAX_ATTEMPTS } from './sessionContext.ts';
 import { countsAgainstBound } from './sessionEvents.ts';
 import type { SessionSnapshot } from './sessionMachine.ts';
@@ -65,7 +66,7 @@ export function userProposals(
     const interrupt = userEvent({ type: 'interrupt' });
     return [{ together: [interrupt, ...cutWork(snapshot, streamed, 'interrupt')] }, event];
   }
-  return [event];
+  return [...unrunCalls(snapshot, action), event];
 }
 
 /**
@@ -89,9 +90,29 @@ export function cutWork(
     }
   }
   if (pendingCommand && snapshot.matches({ active: { running: 'executing' } })) {
-    out.push(commandOutput(pendingCommand.eventId, pendingCommand.command, cancelled(by)));
+    const { output } = cancelled(by);
+    out.push(callFailure(callInput(pendingCommand, by), output, by));
+    out.push(
+      ...queuedResults(snapshot, `the user ${by === 'interrupt' ? 'interrupted' : 'stopped'} the agent first`, by),
+    );
   }
   return out;
+}
+
+/**
+ * The results of the calls a rejection or a stop leaves unrun, stored before
+ * it: the one waiting for confirmation (or held by a pause) and the reply's
+ * later ones.
+ */
+function unrunCalls(snapshot: SessionSnapshot, action: UserAction): NewEvent[] {
+  if (action.type !== 'change_agent_state' || !['user_rejected', 'stopped'].includes(action.state)) return [];
+  const { pendingCommand } = snapshot.context;
+  const waiting = snapshot.matches({ active: 'awaiting_user_confirmation' });
+  if (!pendingCommand || !(waiting || (snapshot.matches({ active: 'paused' }) && pendingCommand.held))) return [];
+  if (action.state === 'user_rejected' && !waiting) return [];
+  const why = action.state === 'user_rejected' ? 'the user rejected it' : 'the user stopped the agent';
+  const queued = action.state === 'user_rejected' ? 'the user rejected a call before it' : why;
+  return [callFailure(callInput(pendingCommand, why), `not run: ${why}`), ...queuedResults(snapshot, queued)];
 }
 
 /** The output of a command the user cancelled while it ran. */
@@ -121,45 +142,22 @@ export function userEvent(action: UserAction): NewEvent {
   }
 }
 
-/** An answer as stored: the item (its step), the attempt and how many deltas it streamed ride along. */
-export function agentEvent(answer: AgentAnswer, cause: number, attempt: number, deltas: number): NewEvent {
-  const item = { item_id: String(cause), attempt, deltas };
-  const thought = answer.thought === undefined ? {} : { thought: answer.thought };
-  switch (answer.type) {
-    case 'message': {
-      const { content, waitForResponse } = answer;
-      const data = { content, ...item, ...(waitForResponse === false && { wait_for_response: false as const }) };
-      return { source: 'agent', type: 'message', data, cause };
-    }
-    case 'run':
-      return {
-        source: 'agent',
-        type: 'command',
-        data: { command: answer.command, risk: answer.risk, ...item, ...thought },
-        cause,
-      };
-    case 'finish':
-      return { source: 'agent', type: 'finish', data: { content: answer.content, ...item, ...thought }, cause };
-  }
+export function commandOutput(cause: number, command: string, result: CommandResult, callId?: string): NewEvent {
+  const data = { command, ...result, ...(callId !== undefined && { call_id: callId }) };
+  return { source: 'environment', type: 'command_output', data, cause };
 }
 
-export function commandOutput(cause: number, command: string, result: CommandResult): NewEvent {
-  return { source: 'environment', type: 'command_output', data: { command, ...result }, cause };
+/** The observation for a command (or tool call) that will never report: it is not run again. */
+export function interrupted(input: CallInput): NewEvent {
+  return callFailure(input, `interrupted: ${input.why}; it was not run again`);
 }
 
-/** The observation for a command that will never report: it is not run again. */
-export function interrupted(cause: number, command: string, why: string): NewEvent {
-  const output = `interrupted: ${why}; it was not run again`;
-  return commandOutput(cause, command, { exit_code: null, output, timed_out: false, truncated: false });
-}
-
-export function unavailable(why: string): CommandResult {
-  return {
-    exit_code: null,
-    output: `the runtime is not available (${why}); the command did not run to completion. Reconnect (refresh the page, or send reconnect_runtime) to start a new runtime in the same workspace.`,
-    timed_out: false,
-    truncated: false,
-  };
+/** The result of a command (or tool call) sent to a runtime that is not there. */
+export function unavailableResult(input: CallInput): NewEvent {
+  return callFailure(
+    input,
+    `the runtime is not available (${input.why}); the ${input.tool === undefined ? 'command' : 'call'} did not run to completion. Reconnect (refresh the page, or send reconnect_runtime) to start a new runtime in the same workspace.`,
+  );
 }
 
 /** The facts of a workspace's repository; none for a conversation without one (refused). */
@@ -177,7 +175,14 @@ export function repositoryProposals(
       ];
     case 'clone_failed': {
       const data = { url, ...(branch !== undefined && { branch }), message: input.message };
-      return [{ source: 'environment', type: 'repository_clone_failed', data }];
+      // A call out (or waiting) when a reconnect's clone fails is answered in the same decision, the reply's later calls too.
+      const { pendingCommand } = snapshot.context;
+      const why = `the repository ${url} could not be cloned: ${input.message}`;
+      return [
+        { source: 'environment', type: 'repository_clone_failed', data },
+        ...(pendingCommand ? [unavailableResult(callInput(pendingCommand, why))] : []),
+        ...queuedResults(snapshot, why),
+      ];
     }
     case 'instructions_loaded':
       return [{ source: 'environment', type: 'instructions_loaded', data: { files: input.files } }];

@@ -5,7 +5,7 @@ import type { AgentState, DoubleTexting, RuntimeStatus } from '../protocol/index
  * persisted snapshot holds. Old logs always fold: see `upcasters.ts`, and the
  * version table in test/machines/machineVersion.unit.test.ts.
  */
-export const SESSION_MACHINE_VERSION = 9;
+export const SESSION_MACHINE_VERSION = 10;
 
 /** The version of logs written before `conversation_created` recorded one. */
 export const UNRECORDED_MACHINE_VERSION = 3;
@@ -51,7 +51,17 @@ export interface SessionInput {
 export interface PendingCommand {
   eventId: number;
   source: 'user' | 'agent';
+  /** The shell command; for a tool call (`tool`), the tool's name. */
   command: string;
+  /** A tool call other than a shell command (`tool_call`): its tool and arguments. */
+  tool?: { name: string; arguments: Record<string, unknown> };
+  /** The model's id of the call (an agent's call of machine version 10 and later). */
+  callId?: string;
+  /** In confirmation mode it waits for the user (stored with the call). */
+  needsConfirmation?: boolean;
+  /** The step whose reply made it, and its attempt: the reply's later calls name the same. */
+  step?: number;
+  attempt?: number;
   /**
    * The session came back into memory while this command was out: whatever ran
    * it died with the old process. It is reported as interrupted, never run again.
@@ -126,6 +136,11 @@ export interface SessionContext extends Omit<SessionInput, 'machineVersion' | 'r
   /** A user asked to pause while the agent works: it pauses once the step answers or the command finishes. */
   pausing: boolean;
   pendingCommand: PendingCommand | null;
+  /**
+   * The calls of the same reply after `pendingCommand`, in order: each runs
+   * (or waits for confirmation) once the one before it has its result.
+   */
+  queuedCalls: PendingCommand[];
   /** Why the agent is in error, when it is. */
   error: string | null;
   runtime: RuntimeStatus;
@@ -179,6 +194,7 @@ export function initialContext(input: SessionInput | undefined): SessionContext 
     cutStep: null,
     pausing: false,
     pendingCommand: null,
+    queuedCalls: [],
     error: null,
     runtime: 'stopped',
     runtimeCause: 0,

@@ -31,7 +31,16 @@ export type SessionEvent = Stamp &
     | { type: 'user.reconnect_runtime' }
     | { type: 'user.interrupt' }
     | { type: 'agent.message'; cause: number | undefined; attempt?: number; goesOn?: boolean; interrupted?: boolean }
-    | { type: 'agent.run'; cause: number | undefined; attempt?: number; command: string; risky: boolean }
+    | {
+        type: 'agent.run';
+        cause: number | undefined;
+        attempt?: number;
+        /** The shell command, or the tool's name for a `tool_call`. */
+        command: string;
+        tool?: { name: string; arguments: Record<string, unknown> };
+        callId?: string;
+        needsConfirmation: boolean;
+      }
     | { type: 'agent.finish'; cause: number | undefined; attempt?: number }
     | { type: 'agent.attempt'; item: string; attempt: number; counted: boolean }
     | { type: 'agent.usage'; cost: number }
@@ -70,8 +79,8 @@ const RUNTIME_STEPS: Record<string, `runtime.${RuntimeStep}`> = {
 
 /**
  * The machine event a stored event stands for, or null for facts the machine
- * itself produced (`agent_state_changed`) and the creation record (the
- * machine's input).
+ * itself produced (`agent_state_changed`), the creation record (the
+ * machine's input) and facts for the agent alone (`tools_listed`).
  */
 export function toSessionEvent(event: StoredEvent): SessionEvent | null {
   const { id: eventId, cause } = event;
@@ -109,8 +118,23 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
             cause,
             attempt: event.data.attempt,
             command: event.data.command,
-            risky: event.data.risk === 'high',
+            ...(event.data.call_id !== undefined && { callId: event.data.call_id }),
+            needsConfirmation: event.data.needs_confirmation === true,
           };
+    case 'tool_call':
+      return {
+        type: 'agent.run',
+        eventId,
+        at,
+        cause,
+        attempt: event.data.attempt,
+        command: event.data.tool,
+        tool: { name: event.data.tool, arguments: event.data.arguments },
+        callId: event.data.call_id,
+        needsConfirmation: event.data.needs_confirmation === true,
+      };
+    case 'tool_result':
+      return { type: 'command.finished', eventId, at, cause };
     case 'change_agent_state':
       return { type: 'user.change_state', eventId, at, state: event.data.state };
     case 'reconnect_runtime':
@@ -133,6 +157,8 @@ export function toSessionEvent(event: StoredEvent): SessionEvent | null {
       return { type: 'agent.failed', eventId, at, cause, reason: event.data.message };
     case 'command_output':
       return { type: 'command.finished', eventId, at, cause };
+    case 'tools_listed':
+      return null;
     case 'timeout':
       return { type: 'deadline.passed', eventId, at, name: event.data.deadline, reason: event.data.message };
     case 'session_passivated':

@@ -122,6 +122,10 @@ export const sessionMachine = sessionSetup.createMachine({
         ...repositorySteps,
         'repository.clone_failed': { guard: 'clones', target: '.error', actions: clonesFailed },
         'user.reconnect_runtime': { guard: 'hasLostRuntime', actions: 'requestRuntime' },
+        // The later calls of a reply, stored with its first: each waits its turn.
+        'agent.run': { guard: 'continuesReply', actions: 'queueCall' },
+        // A queued call answered without running (the decision that cut the reply stored it).
+        'command.finished': { guard: 'answersQueuedCall', actions: 'dropQueuedCall' },
         // What an LLM call used counts in any state: a step that was cut or whose answer came too late used it too.
         'agent.usage': { actions: 'addCost' },
         // The partial message of a step an interrupt or a stop just cut (same decision).
@@ -217,6 +221,18 @@ export const sessionMachine = sessionSetup.createMachine({
                 'A command runs in the runtime (or, after a crash, is reported interrupted); its output comes back as an observation.',
               on: {
                 'command.finished': [
+                  // The reply's next call: it waits for confirmation, is held by a pause, or runs.
+                  {
+                    guard: and(['answersPendingCommand', 'hasQueuedCall', 'nextNeedsConfirmation']),
+                    target: '#session.active.awaiting_user_confirmation',
+                    actions: 'takeQueuedCall',
+                  },
+                  {
+                    guard: and(['answersPendingCommand', 'hasQueuedCall', 'pausing']),
+                    target: PAUSED,
+                    actions: ['takeQueuedCall', 'holdCommand'],
+                  },
+                  { guard: and(['answersPendingCommand', 'hasQueuedCall']), actions: 'takeQueuedCall' },
                   { guard: and(['answersPendingCommand', 'pausing']), target: PAUSED, actions: 'clearCommand' },
                   ...withinLimits('answersAgentsCommand', ['clearCommand']),
                   {
@@ -297,7 +313,8 @@ export const sessionMachine = sessionSetup.createMachine({
           },
         },
         awaiting_user_confirmation: {
-          description: 'Confirmation mode: a risky command waits for the user to confirm or reject it.',
+          description:
+            'Confirmation mode: a call that needs confirmation (stored `needs_confirmation`) waits for the user to confirm or reject it.',
           tags: ['awaiting_user_confirmation'],
           on: {
             'user.message': { actions: 'markUnread' },
@@ -306,6 +323,8 @@ export const sessionMachine = sessionSetup.createMachine({
               { guard: wants('user_rejected'), target: 'rejected', actions: 'clearCommand' },
               stops,
             ],
+            // A call rejected or stopped while it waits is answered first, in the same decision.
+            'command.finished': recordsLateOutput,
             // The command waiting for confirmation never started: it stays pending, not interrupted.
             'session.rehydrate': { actions: 'forgetState' },
             'session.passivate': {

@@ -1,6 +1,12 @@
 import { and, assign, not, or, setup } from 'xstate';
 import type { AgentState } from '../protocol/index.ts';
-import { isComingUp, LEGACY_MAX_ATTEMPTS, type SessionContext, type SessionInput } from './sessionContext.ts';
+import {
+  isComingUp,
+  LEGACY_MAX_ATTEMPTS,
+  type PendingCommand,
+  type SessionContext,
+  type SessionInput,
+} from './sessionContext.ts';
 import type { SessionEvent } from './sessionEvents.ts';
 
 /** A state's tags: its agent state (exactly one per state users can see), and `busy` where it works by itself. */
@@ -136,11 +142,23 @@ export const sessionSetup = setup({
       error: null,
     }),
     queueAgentCommand: assign({
-      pendingCommand: ({ event }) =>
-        event.type === 'agent.run'
-          ? { eventId: event.eventId, source: 'agent' as const, command: event.command }
-          : null,
+      pendingCommand: ({ event }) => (event.type === 'agent.run' ? agentCall(event) : null),
       stepCause: null,
+    }),
+    // A later call of the same reply waits its turn.
+    queueCall: assign({
+      queuedCalls: ({ context, event }) =>
+        event.type === 'agent.run' ? [...context.queuedCalls, agentCall(event)] : context.queuedCalls,
+    }),
+    // The call before it has its result: the next call of the reply is the one out (or waiting).
+    takeQueuedCall: assign(({ context }) => ({
+      pendingCommand: context.queuedCalls[0] ?? null,
+      queuedCalls: context.queuedCalls.slice(1),
+    })),
+    // A queued call answered without running (an interrupt, a stop, a rejection, a passivation, a lost runtime).
+    dropQueuedCall: assign({
+      queuedCalls: ({ context, event }) =>
+        context.queuedCalls.filter((call) => !('cause' in event) || call.eventId !== event.cause),
     }),
     clearCommand: assign({ pendingCommand: null }),
     holdCommand: assign({
@@ -257,7 +275,25 @@ export const sessionSetup = setup({
       context.pendingCommand !== null &&
       event.cause < context.pendingCommand.eventId,
     pendingCommandWasAgents: ({ context }) => context.pendingCommand?.source === 'agent',
-    needsConfirmation: ({ context, event }) => context.confirmationMode && event.type === 'agent.run' && event.risky,
+    needsConfirmation: ({ context, event }) =>
+      context.confirmationMode && event.type === 'agent.run' && event.needsConfirmation,
+    /** A later call of the reply whose first call is out (or waits): same step, same attempt. */
+    continuesReply: ({ context, event }) => {
+      const first = context.pendingCommand;
+      return (
+        event.type === 'agent.run' &&
+        first?.source === 'agent' &&
+        first.step !== undefined &&
+        event.cause === first.step &&
+        event.attempt === first.attempt
+      );
+    },
+    hasQueuedCall: ({ context }) => context.queuedCalls.length > 0,
+    /** Confirmation mode, and the reply's next call waits for the user. */
+    nextNeedsConfirmation: ({ context }) =>
+      context.confirmationMode && context.queuedCalls[0]?.needsConfirmation === true,
+    answersQueuedCall: ({ context, event }) =>
+      'cause' in event && context.queuedCalls.some((call) => call.eventId === event.cause),
     deadlinePassed: ({ context, event }) =>
       event.type === 'deadline.passed' && context.deadline?.name === event.name && event.at >= context.deadline.at,
     answersWithMoreToDo: and(['answersCurrentStep', 'hasMoreToDo']),
@@ -269,6 +305,20 @@ export const sessionSetup = setup({
     resumesIn: ({ context }, params: { state: AgentState }) => context.resumeState === params.state,
   },
 });
+
+/** An agent's call as the session keeps it while it is out or waits its turn. */
+function agentCall(event: Extract<SessionEvent, { type: 'agent.run' }>): PendingCommand {
+  return {
+    eventId: event.eventId,
+    source: 'agent',
+    command: event.command,
+    ...(event.tool && { tool: event.tool }),
+    ...(event.callId !== undefined && { callId: event.callId }),
+    ...(event.needsConfirmation && { needsConfirmation: true }),
+    ...(event.cause !== undefined && { step: event.cause }),
+    ...(event.attempt !== undefined && { attempt: event.attempt }),
+  };
+}
 
 export const wants = (state: AgentState) => ({ type: 'wants', params: { state } }) as const;
 export const resumesIn = (state: AgentState) => ({ type: 'resumesIn', params: { state } }) as const;

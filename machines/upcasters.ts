@@ -64,6 +64,19 @@ export const UPCASTERS: Readonly<Record<number, Upcaster>> = {
       'its runtime starts as before. The decider proposes from machines/proposals.ts (split from decide.ts).',
     upcast: (event) => event,
   },
+  9: {
+    reinterprets:
+      "an agent `command`'s rating: version 10 stores with each agent call whether it waits in confirmation mode " +
+      "(`needs_confirmation`, from the model's `security_risk` and the rules' `risk`), and the fold reads only that; " +
+      'a version 9 command has only the rules\' `risk`, so it reads `needs_confirmation: risk == "high"`, the rule ' +
+      'version 9 applied. Version 10 adds the stored facts `tool_call`, `tool_result` and `tools_listed`, `call_id` on ' +
+      'calls and their results, several calls per reply (`context.queuedCalls`) and results for calls that a ' +
+      'rejection, a stop, a passivation, a lost runtime or a failed clone leaves unrun; no version 9 log holds any of them.',
+    upcast: (event) =>
+      event.type === 'command' && event.source === 'agent' && event.data.needs_confirmation === undefined
+        ? { ...event, data: { ...event.data, needs_confirmation: event.data.risk === 'high' } }
+        : event,
+  },
 };
 
 /**

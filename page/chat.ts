@@ -25,7 +25,22 @@ export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
         { ...base, class: `cmd ${event.source}` },
         thought(event.data.thought),
         h('code', {}, `$ ${event.data.command}`),
-        event.data.risk ? h('span', { class: `risk ${event.data.risk}` }, `${event.data.risk} risk`) : null,
+        ...ratings(event.data),
+      );
+    case 'tool_call':
+      return h(
+        'div',
+        { ...base, class: 'cmd agent tool' },
+        thought(event.data.thought),
+        h('code', {}, `${event.data.tool} ${JSON.stringify(event.data.arguments)}`),
+        ...ratings(event.data),
+      );
+    case 'tool_result':
+      return h(
+        'div',
+        { ...base, class: event.data.is_error ? 'output error' : 'output' },
+        h('div', { class: 'exit' }, event.data.is_error ? `${event.data.tool}: error` : event.data.tool),
+        h('pre', {}, event.data.output),
       );
     case 'command_output':
       return h(
@@ -51,6 +66,16 @@ export function chatItem({ seq, event }: LoggedEvent): HTMLElement {
 function exitLine({ exit_code, cancelled }: EventOf<'command_output'>['data']): string {
   if (cancelled) return `cancelled by the user (${cancelled === 'interrupt' ? 'interrupted' : 'stopped'})`;
   return exit_code === null ? 'did not finish' : `exit ${exit_code}`;
+}
+
+/** A call's two ratings: the rules' (`risk`) and the model's (`security_risk`), as stored with it. */
+function ratings(data: { risk?: string; security_risk?: string }): Array<HTMLElement | null> {
+  return [
+    data.risk ? h('span', { class: `risk ${data.risk}`, title: "the rules' rating" }, `${data.risk} risk`) : null,
+    data.security_risk
+      ? h('span', { class: 'risk model', title: "the model's rating" }, `model: ${data.security_risk}`)
+      : null,
+  ];
 }
 
 /** The text the agent streamed with a tool call, kept with the call once stored. */
@@ -107,9 +132,15 @@ export function describe(event: StoredEvent): string {
       const files = event.data.files.map((f) => f.path + (f.truncated ? ' (cut)' : ''));
       return `instructions read from ${files.length ? files.join(', ') : 'no file of the repository'}`;
     }
+    case 'tools_listed': {
+      const tools = event.data.servers.map((s) => `${s.name} (${s.tools.length})`);
+      return `MCP tools listed: ${tools.length ? tools.join(', ') : 'none'}`;
+    }
     case 'message':
     case 'command':
     case 'command_output':
+    case 'tool_call':
+    case 'tool_result':
     case 'finish':
       return event.type;
   }

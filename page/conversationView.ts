@@ -202,11 +202,28 @@ export function openConversation(root: HTMLElement, id: string): void {
     confirm.hidden = !waiting;
     if (!waiting) return;
     const asked = events.find((l) => l.event.id === pending.eventId)?.event;
-    const risk = asked?.type === 'command' ? (asked.data.risk ?? 'unrated') : 'unrated';
+    const rated = asked?.type === 'command' || asked?.type === 'tool_call' ? asked.data : undefined;
+    const risk = rated?.risk ?? 'unrated';
+    const model = rated?.security_risk ?? 'UNKNOWN';
+    const what = pending.tool ? `${pending.tool.name} ${JSON.stringify(pending.tool.arguments)}` : pending.command;
     fill(
       confirm,
-      h('div', {}, 'The agent asks to run ', h('code', { 'data-testid': 'confirm-command' }, pending.command)),
-      h('div', { class: `risk ${risk}`, 'data-testid': 'confirm-risk' }, `${risk} risk`),
+      h('div', {}, 'The agent asks to run ', h('code', { 'data-testid': 'confirm-command' }, what)),
+      h(
+        'div',
+        { class: 'ratings' },
+        h('span', { class: `risk ${risk}`, 'data-testid': 'confirm-risk', title: "the rules' rating" }, `${risk} risk`),
+        ' ',
+        h(
+          'span',
+          {
+            class: `risk model ${model.toLowerCase()}`,
+            'data-testid': 'confirm-model-risk',
+            title: "the model's rating",
+          },
+          `model: ${model}`,
+        ),
+      ),
       button('Approve', () => act({ type: 'change_agent_state', state: 'user_confirmed' }), 'approve'),
       button('Reject', () => act({ type: 'change_agent_state', state: 'user_rejected' }), 'reject'),
     );

@@ -72,9 +72,24 @@ export const ConversationCreatedData = z.object({
   replay_actions: z
     .array(
       z.discriminatedUnion('type', [
-        z.object({ type: z.literal('message'), content: z.string(), wait_for_response: z.literal(false).optional() }),
-        z.object({ type: z.literal('run'), command: z.string() }),
-        z.object({ type: z.literal('finish'), content: z.string() }),
+        z.object({
+          type: z.literal('message'),
+          content: z.string(),
+          wait_for_response: z.literal(false).optional(),
+          call_id: z.string().optional(),
+        }),
+        z.object({
+          type: z.literal('run'),
+          command: z.string(),
+          security_risk: z.enum(['LOW', 'MEDIUM', 'HIGH']).optional().describe('As recorded (since version 10).'),
+        }),
+        z.object({
+          type: z.literal('calls'),
+          calls: z
+            .array(z.object({ id: z.string(), name: z.string(), arguments: z.record(z.string(), z.unknown()) }))
+            .min(1),
+        }),
+        z.object({ type: z.literal('finish'), content: z.string(), call_id: z.string().optional() }),
       ]),
     )
     .optional()
@@ -127,7 +142,39 @@ const streamed = {
 const thought = z
   .string()
   .optional()
-  .describe('The text the model streamed with the tool call this action was made from (its deltas joined).');
+  .describe(
+    'The text the model streamed with the tool calls this action was made from (its deltas joined; on the first call of a reply).',
+  );
+
+/** The model's own rating of a call's risk; `UNKNOWN` when the call had none. */
+export const SecurityRisk = z.enum(['LOW', 'MEDIUM', 'HIGH', 'UNKNOWN']);
+export type SecurityRisk = z.infer<typeof SecurityRisk>;
+
+const callId = z
+  .string()
+  .optional()
+  .describe(
+    "The tool call's id as the model gave it (absent in logs before machine version 10: the model was sent `call_<id>`).",
+  );
+
+/** The two ratings of an agent call that acts, and what confirmation mode does with it, decided when it was stored. */
+const ratings = {
+  risk: z
+    .enum(['low', 'high'])
+    .optional()
+    .describe(
+      "The rules' rating (docs/security.md): the floor of the call's risk. Only shell commands can be rated high.",
+    ),
+  security_risk: SecurityRisk.optional().describe(
+    "The model's own rating (`security_risk` argument), `UNKNOWN` when the call had none; absent on calls that do not act (`read_file`).",
+  ),
+  needs_confirmation: z
+    .boolean()
+    .optional()
+    .describe(
+      'Whether the call waits for the user in confirmation mode: the higher of both ratings is HIGH, or UNKNOWN while TETHER_CONFIRM_UNKNOWN held when it was stored. Absent in logs before machine version 10 (read as `risk == "high"`).',
+    ),
+};
 
 export const CommandOutputData = z.object({
   command: z.string(),
@@ -141,6 +188,23 @@ export const CommandOutputData = z.object({
     .describe(
       'The user cancelled the command while it ran (an `interrupt`, or a stop): its process group was sent SIGINT, then SIGKILL. (A command that was out when its server died is reported in `output` as `interrupted: ...`, without this field.)',
     ),
+  call_id: callId,
+});
+
+export const ToolInfo = z.object({
+  name: z.string(),
+  description: z.string(),
+  input_schema: z
+    .record(z.string(), z.unknown())
+    .describe("The tool's JSON Schema for its arguments, as its server gave it."),
+});
+
+export const ToolResultData = z.object({
+  call_id: z.string(),
+  tool: z.string(),
+  output: z.string().describe('What the tool answered (text, secrets masked), or what went wrong, in words.'),
+  is_error: z.boolean(),
+  cancelled: z.enum(['interrupt', 'stop']).optional().describe('The user cancelled the call while it was out.'),
 });
 
 /** One stored event. The same bytes are on NATS, in REST answers and in ws `event` frames. */
@@ -159,6 +223,7 @@ export const StoredEvent = z
           .describe(
             "Only on an agent's message: the user interrupted the step, and `content` is what its attempt had streamed by then.",
           ),
+        call_id: callId.describe('Only on an agent message made from an `ask_user` call: its id.'),
         wait_for_response: z
           .literal(false)
           .optional()
@@ -172,13 +237,48 @@ export const StoredEvent = z
       type: z.literal('command'),
       data: z.object({
         command: z.string(),
-        risk: z.enum(['low', 'high']).optional().describe("The risk analyzer's rating of an agent's command."),
+        call_id: callId,
+        ...ratings,
         ...streamed,
         thought,
       }),
     }),
+    z.object({
+      ...envelope,
+      type: z.literal('tool_call'),
+      data: z
+        .object({
+          call_id: z.string(),
+          tool: z
+            .string()
+            .describe('`read_file`, `write_file`, an MCP tool as `<server>__<tool>`, or any name the model used.'),
+          arguments: z
+            .record(z.string(), z.unknown())
+            .describe('As the model gave them (secrets masked), `security_risk` included.'),
+          ...ratings,
+          ...streamed,
+          thought,
+        })
+        .describe('An agent tool call other than a shell command; its `tool_result` names the same `call_id`.'),
+    }),
+    z.object({ ...envelope, type: z.literal('tool_result'), data: ToolResultData }),
+    z.object({
+      ...envelope,
+      type: z.literal('tools_listed'),
+      data: z
+        .object({
+          servers: z.array(z.object({ name: z.string(), tools: z.array(ToolInfo) })),
+        })
+        .describe(
+          "The MCP servers' tools, listed when a runtime started and stored when they changed: the tools the model is offered (as `<server>__<tool>`) from here on.",
+        ),
+    }),
     z.object({ ...envelope, type: z.literal('command_output'), data: CommandOutputData }),
-    z.object({ ...envelope, type: z.literal('finish'), data: z.object({ content: z.string(), ...streamed, thought }) }),
+    z.object({
+      ...envelope,
+      type: z.literal('finish'),
+      data: z.object({ content: z.string(), call_id: callId, ...streamed, thought }),
+    }),
     z.object({
       ...envelope,
       type: z.literal('change_agent_state'),

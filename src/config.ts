@@ -5,6 +5,7 @@ import { parseTokens } from './server/auth.ts';
 import { parseSecretsKey } from './store/index.ts';
 import { DEFAULT_MAX_ATTEMPTS, type SessionLimits } from './host/index.ts';
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES } from './tether.ts';
+import { McpServersSetting, type McpServers } from './mcp/index.ts';
 
 const port = z.coerce.number().int().min(0).max(65_535);
 const positiveInt = z.coerce.number().int().min(1);
@@ -39,6 +40,13 @@ export const ConfigSchema = z.object({
   TETHER_SANDBOX_NETWORK: z.enum(['on', 'none'], { error: 'use on or none' }).default('on'),
   TETHER_CLONE_TIMEOUT_MS: positiveInt.default(120_000),
   TETHER_REPO_FILE_URLS: z.enum(['allow', 'deny'], { error: 'use allow or deny' }).default('deny'),
+  TETHER_MCP_SERVERS: McpServersSetting,
+  TETHER_MCP_MAX_LIVE: positiveInt.default(32),
+  TETHER_MCP_CALL_TIMEOUT_MS: positiveInt.default(60_000),
+  TETHER_CONFIRM_UNKNOWN: z
+    .enum(['true', 'false'], { error: 'use true or false' })
+    .default('true')
+    .transform((v) => v === 'true'),
   TETHER_OUTPUT_CAP_BYTES: positiveInt.default(65_536),
   TETHER_CLOSE_DELAY_MS: positiveInt.default(120_000),
   TETHER_IDLE_MS: positiveInt.default(900_000),
@@ -102,6 +110,10 @@ export interface Config {
   cloneTimeoutMs: number;
   /** `file:` repository URLs are accepted even with tokens (users other than the operator). */
   repoFileUrls: boolean;
+  /** The MCP servers each conversation runs on its owner, how many may run on the node, and a call's timeout. */
+  mcp: { servers: McpServers; maxLive: number; callTimeoutMs: number };
+  /** A call the model did not rate (UNKNOWN) waits in confirmation mode. */
+  confirmUnknown: boolean;
   outputCapBytes: number;
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
   limits: SessionLimits;
@@ -167,6 +179,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     sandbox: { mode: c.TETHER_SANDBOX, network: c.TETHER_SANDBOX_NETWORK === 'on' },
     cloneTimeoutMs: c.TETHER_CLONE_TIMEOUT_MS,
     repoFileUrls: c.TETHER_REPO_FILE_URLS === 'allow',
+    mcp: {
+      servers: c.TETHER_MCP_SERVERS,
+      maxLive: c.TETHER_MCP_MAX_LIVE,
+      callTimeoutMs: c.TETHER_MCP_CALL_TIMEOUT_MS,
+    },
+    confirmUnknown: c.TETHER_CONFIRM_UNKNOWN,
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
     logLevel: c.TETHER_LOG_LEVEL,
     agentDelayMs: c.TETHER_AGENT_DELAY_MS,

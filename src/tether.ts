@@ -3,6 +3,7 @@ import type { Agent } from './agent/index.ts';
 import { silentLogger, type Logger } from './logger.ts';
 import { TetherMetrics } from './metrics.ts';
 import type { RuntimeProvider } from './runtime/index.ts';
+import type { McpHub } from './mcp/index.ts';
 import { tetherServer, type TetherServer, type TetherServerOptions } from './server/index.ts';
 import { ClusterOwnership } from './cluster/index.ts';
 import { NodeHost, type SessionLimits } from './host/index.ts';
@@ -25,6 +26,10 @@ export interface TetherOptions {
   clock?: () => Date;
   newId?: () => string;
   commandTimeoutMs?: number;
+  /** The node's MCP servers (none: conversations have no MCP tools). */
+  mcp?: McpHub;
+  /** TETHER_CONFIRM_UNKNOWN: a call the model did not rate waits in confirmation mode (default true). */
+  confirmUnknown?: boolean;
   /** Run as one node of a cluster: ownership by heartbeat and owner records, actions forwarded to owners. */
   cluster?: ClusterOptions;
   /** Secrets sealed where any node can read them, or 'refuse' them (default: this process's memory only). */
@@ -78,6 +83,8 @@ export function createTether(options: TetherOptions): Tether {
     clock: options.clock,
     newId: options.newId,
     commandTimeoutMs: options.commandTimeoutMs,
+    mcp: options.mcp,
+    confirmUnknown: options.confirmUnknown,
     secrets: options.secrets,
     ...(options.cluster && {
       ownership: new ClusterOwnership({ ...options.cluster, url: options.cluster.url ?? null, logger }),

@@ -18,13 +18,26 @@ export type AgentAction = AgentMove & { usage?: AgentUsage; thought?: string };
 export type AgentMove =
   /**
    * Say something and wait for the user; with `waitForResponse: false`, say it
-   * and go on with another step (the agent has more to answer).
+   * and go on with another step (the agent has more to answer). `callId`: the
+   * model's `ask_user` call it was made from.
    */
-  | { type: 'message'; content: string; waitForResponse?: boolean }
-  /** Run a shell command in the conversation's runtime; its output comes back as an observation. */
-  | { type: 'run'; command: string }
-  /** The task is done. */
-  | { type: 'finish'; content: string };
+  | { type: 'message'; content: string; waitForResponse?: boolean; callId?: string }
+  /**
+   * Run a shell command in the conversation's runtime; its output comes back as
+   * an observation. `securityRisk`: the agent's own rating (none: UNKNOWN).
+   */
+  | { type: 'run'; command: string; securityRisk?: 'LOW' | 'MEDIUM' | 'HIGH' }
+  /** The tool calls of one reply, as the model made them: each is stored and answered, in order. */
+  | { type: 'calls'; calls: AgentToolCall[] }
+  /** The task is done. `callId`: the model's `finish` call it was made from. */
+  | { type: 'finish'; content: string; callId?: string };
+
+/** One tool call as the model made it: its id, the tool's name and the arguments (a JSON object). */
+export interface AgentToolCall {
+  id: string;
+  name: string;
+  arguments: Record<string, unknown>;
+}
 
 export interface AgentStepInput {
   signal?: AbortSignal;

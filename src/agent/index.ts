@@ -1,4 +1,12 @@
-export type { Agent, AgentAction, AgentContext, AgentMove, AgentStepInput, AgentUsage } from './agent.ts';
+export type {
+  Agent,
+  AgentAction,
+  AgentContext,
+  AgentMove,
+  AgentStepInput,
+  AgentToolCall,
+  AgentUsage,
+} from './agent.ts';
 export { ScriptedAgent, scriptedAgent } from './scriptedAgent.ts';
 export { LlmAgent, llmAgent, type LlmAgentOptions, type LlmPricing, type LlmUsage } from './llmAgent.ts';
 export {
@@ -11,14 +19,14 @@ export {
 } from './llmErrors.ts';
 export {
   CHAT_TOOLS,
+  chatTools,
+  mcpToolName,
   toAgentAction,
-  shellQuote,
-  readFileCommand,
-  writeFileCommand,
   type ChatMessage,
   type ChatToolCall,
   type AssistantReply,
+  type ListedServers,
 } from './llmMessages.ts';
 export { ChatTranscript, toChatMessages, toolCallId, type ChatMessageOptions } from './chatTranscript.ts';
-export { rateCommand, riskRule, HIGH_RISK_RULES, type Risk } from './riskAnalyzer.ts';
+export { rateCommand, rateCall, riskRule, HIGH_RISK_RULES, type CallRating, type Risk } from './riskAnalyzer.ts';
 export { replayable, trajectoryActions } from './replayAgent.ts';

@@ -8,7 +8,14 @@ import {
   LlmServerError,
   clip,
 } from './llmErrors.ts';
-import { CHAT_TOOLS, parseCompletion, toAgentAction, toStreamedAction, type ChatMessage } from './llmMessages.ts';
+import {
+  chatTools,
+  parseCompletion,
+  toAgentAction,
+  toStreamedAction,
+  type ChatMessage,
+  type ListedServers,
+} from './llmMessages.ts';
 import {
   ChatStream,
   looksLikeEventStream,
@@ -108,18 +115,20 @@ export class LlmAgent implements Agent {
     const transcript = new ChatTranscript({ maxOutputChars: this.#options.maxOutputChars });
     return {
       observe: (event) => transcript.observe(event),
-      step: (input) => this.#step(conversationId, transcript.messages, input),
+      step: (input) => this.#step(conversationId, transcript.messages, transcript.servers, input),
     };
   }
 
   async #step(
     conversationId: string,
     messages: readonly ChatMessage[],
+    servers: ListedServers,
     input: AgentStepInput | undefined,
   ): Promise<AgentAction> {
     input?.signal?.throwIfAborted();
     // Serialised now: events observed while the request is out belong to the next step.
-    const request = JSON.stringify({ model: this.#options.model, messages, tools: CHAT_TOOLS, tool_choice: 'auto' });
+    const tools = chatTools(servers);
+    const request = JSON.stringify({ model: this.#options.model, messages, tools, tool_choice: 'auto' });
     const { action, usage } =
       (this.#options.stream ?? true)
         ? await this.#streamed(request, input ?? {})

@@ -1,4 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
+import type { EventOf } from '../../protocol/index.ts';
 import type { AgentAction } from './agent.ts';
 import { clip, LlmResponseError } from './llmErrors.ts';
 
@@ -19,10 +21,12 @@ export type ChatMessage =
 /** The assistant message of a completion, as far as Tether reads it. */
 export interface AssistantReply {
   content?: string | null;
-  tool_calls?: { function: { name: string; arguments?: string | Record<string, unknown> | null } }[] | null;
+  tool_calls?:
+    { id?: string | null; function: { name: string; arguments?: string | Record<string, unknown> | null } }[] | null;
 }
 
 const ToolCall = z.object({
+  id: z.string().nullish(),
   function: z.object({
     name: z.string(),
     arguments: z.union([z.string(), z.record(z.string(), z.unknown())]).nullish(),
@@ -52,6 +56,15 @@ export function parseCompletion(text: string, redact: (text: string) => string):
 }
 
 const stringParam = (description: string) => ({ type: 'string', description });
+
+/** The argument every tool that acts takes: the model's own rating of the call's risk. */
+export const SECURITY_RISK_PARAM = {
+  type: 'string',
+  enum: ['LOW', 'MEDIUM', 'HIGH'],
+  description:
+    "Your rating of this call's risk: LOW (reads, or changes easily undone inside the workspace), MEDIUM (changes that take work to undo), HIGH (destructive, irreversible, or reaching outside the workspace). In confirmation mode a HIGH call waits for the user.",
+};
+
 const tool = (name: string, description: string, properties: Record<string, object>) => ({
   type: 'function' as const,
   function: {
@@ -61,56 +74,95 @@ const tool = (name: string, description: string, properties: Record<string, obje
   },
 });
 
-/** The functions the model may call; `llmAgent` turns each call into one AgentAction. */
+/** The built-in functions the model may call. */
 export const CHAT_TOOLS = [
   tool('run_command', 'Run one bash command in the workspace and get its exit code and output.', {
     command: stringParam('The command line, run by bash in the workspace.'),
+    security_risk: SECURITY_RISK_PARAM,
   }),
   tool('read_file', 'Read a text file of the workspace.', {
-    path: stringParam('Path, relative to the workspace or absolute.'),
+    path: stringParam('Path, relative to the workspace or absolute (inside the workspace).'),
   }),
   tool('write_file', 'Create or replace a file with exactly this content; missing directories are created.', {
-    path: stringParam('Path, relative to the workspace or absolute.'),
+    path: stringParam('Path, relative to the workspace or absolute (inside the workspace).'),
     content: stringParam('The whole new content of the file.'),
+    security_risk: SECURITY_RISK_PARAM,
   }),
-  tool('ask_user', 'Ask the user a question and wait for the answer.', { question: stringParam('The question.') }),
-  tool('finish', 'Say that the task is done; the user may still ask for more.', {
+  tool('ask_user', 'Ask the user a question and wait for the answer. Call it alone, in a reply of its own.', {
+    question: stringParam('The question.'),
+  }),
+  tool('finish', 'Say that the task is done; the user may still ask for more. Call it alone, in a reply of its own.', {
     message: stringParam('What was done, for the user.'),
   }),
 ];
 
+/** An MCP server's tools as stored (`tools_listed`). */
+export type ListedServers = EventOf<'tools_listed'>['data']['servers'];
+
+/** The name the model calls an MCP tool by. */
+export function mcpToolName(server: string, tool: string): string {
+  return `${server}__${tool}`;
+}
+
+/** What chat APIs accept as a function's name (OpenAI's rule): a tool whose name breaks it is not offered. */
+const CHAT_TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
 /**
- * The first tool call becomes the action (an AgentAction is one move); a reply
- * without tool calls is a message for the user.
+ * The built-in functions, then every MCP server's tools as `<server>__<tool>`
+ * (those whose name a chat API accepts: letters, digits, `_`, `-`, at most 64),
+ * each taking a required `security_risk` besides its own arguments.
+ */
+export function chatTools(servers: ListedServers): object[] {
+  const mcp = servers.flatMap((server) =>
+    server.tools
+      .filter((t) => CHAT_TOOL_NAME.test(mcpToolName(server.name, t.name)))
+      .map((t) => {
+        const schema = t.input_schema as { properties?: Record<string, unknown>; required?: unknown };
+        const given: unknown[] = Array.isArray(schema.required) ? schema.required : [];
+        const required = given.filter((r) => r !== 'security_risk');
+        const parameters = {
+          ...schema,
+          type: 'object',
+          properties: { ...schema.properties, security_risk: SECURITY_RISK_PARAM },
+          required: [...required, 'security_risk'],
+        };
+        return {
+          type: 'function' as const,
+          function: { name: mcpToolName(server.name, t.name), description: t.description, parameters },
+        };
+      }),
+  );
+  return [...CHAT_TOOLS, ...mcp];
+}
+
+/**
+ * A reply's action: no tool call is a message for the user; `ask_user` or
+ * `finish` alone is a question or the end of the task; any other calls (or
+ * those two among others) are the reply's calls, as made, each to be stored
+ * and answered in order.
  */
 export function toAgentAction(message: AssistantReply): AgentAction {
-  const call = message.tool_calls?.[0];
   const text = message.content?.trim() ?? '';
-  if (!call) {
+  const replyCalls = message.tool_calls ?? [];
+  if (replyCalls.length === 0) {
     if (!text) throw new LlmResponseError('the reply has neither text nor a tool call');
     return { type: 'message', content: text };
   }
-  const { name } = call.function;
-  const args = toolArguments(name, call.function.arguments);
-  switch (name) {
-    case 'run_command':
-      return { type: 'run', command: requireString(name, args, 'command') };
-    case 'read_file':
-      return { type: 'run', command: readFileCommand(requireString(name, args, 'path')) };
-    case 'write_file':
-      return {
-        type: 'run',
-        command: writeFileCommand(requireString(name, args, 'path'), requireString(name, args, 'content', true)),
-      };
-    case 'ask_user':
-      return { type: 'message', content: requireString(name, args, 'question') };
-    case 'finish': {
-      const summary = typeof args.message === 'string' && args.message.trim() ? args.message : text;
-      return { type: 'finish', content: summary || 'Done.' };
-    }
-    default:
-      throw new LlmResponseError(`the model called an unknown tool ${JSON.stringify(name)}`);
+  const calls = replyCalls.map((call) => ({
+    id: call.id || `call_${randomUUID()}`,
+    name: call.function.name,
+    arguments: toolArguments(call.function.name, call.function.arguments),
+  }));
+  const only = calls.length === 1 ? calls[0]! : undefined;
+  if (only?.name === 'ask_user' && typeof only.arguments.question === 'string' && only.arguments.question.trim()) {
+    return { type: 'message', content: only.arguments.question, callId: only.id };
   }
+  if (only?.name === 'finish') {
+    const summary =
+      typeof only.arguments.message === 'string' && only.arguments.message.trim() ? only.arguments.message : text;
+    return { type: 'finish', content: summary || 'Done.', callId: only.id };
+  }
+  return { type: 'calls', calls };
 }
 
 /**
@@ -144,32 +196,4 @@ function toolArguments(
     throw new LlmResponseError(`the arguments of ${name} are not a JSON object`);
   }
   return parsed as Record<string, unknown>;
-}
-
-function requireString(tool: string, args: Record<string, unknown>, key: string, allowEmpty = false): string {
-  const value = args[key];
-  if (typeof value !== 'string' || (!allowEmpty && value.trim() === '')) {
-    throw new LlmResponseError(`${tool} needs a ${allowEmpty ? '' : 'non-empty '}string "${key}"`);
-  }
-  return value;
-}
-
-/** One shell word holding exactly `text`: single quotes, each `'` written as `'\''`. */
-export function shellQuote(text: string): string {
-  return `'${text.replaceAll("'", `'\\''`)}'`;
-}
-
-export function readFileCommand(path: string): string {
-  return `cat -- ${shellQuote(path)}`;
-}
-
-/**
- * Writes `content` byte for byte: `printf %s` adds no newline and interprets
- * nothing, and a quoted word has no delimiter the content could collide with.
- */
-export function writeFileCommand(path: string, content: string): string {
-  if (content.includes('\0'))
-    throw new LlmResponseError('write_file content contains a NUL character, which a shell word cannot hold');
-  const target = shellQuote(path);
-  return `mkdir -p -- "$(dirname -- ${target})" && printf '%s' ${shellQuote(content)} > ${target}`;
 }

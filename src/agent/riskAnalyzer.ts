@@ -1,9 +1,11 @@
+import type { SecurityRisk } from '../../protocol/index.ts';
+
 /**
  * How risky an agent's shell command is, by a small fixed rule set (the
- * README and docs/protocol.md list it). In confirmation mode a `high` command
- * waits for the user to confirm or reject it. The rules catch the obvious
- * destructive or escaping moves; they are a seatbelt, not a sandbox, and err
- * on the side of asking (a mention inside an echoed string can trip them).
+ * README and docs/security.md list it): the floor under the model's own
+ * rating (`rateCall`). The rules catch the obvious destructive or escaping
+ * moves; they are a seatbelt, not a sandbox, and err on the side of asking (a
+ * mention inside an echoed string can trip them).
  */
 export type Risk = 'low' | 'high';
 
@@ -39,4 +41,28 @@ export function riskRule(command: string): string | undefined {
 
 export function rateCommand(command: string): Risk {
   return riskRule(command) === undefined ? 'low' : 'high';
+}
+
+/** A call's two ratings (the decider combines them when it stores the call: machines/calls.ts). */
+export interface CallRating {
+  /** The rules' rating: only a shell command can be high. */
+  risk: Risk;
+  /** The model's rating; none for a call that does not act (`read_file`, `ask_user`, `finish`). */
+  securityRisk?: SecurityRisk;
+}
+
+/** Calls that only read or talk: no rating, never a wait. */
+const DOES_NOT_ACT: ReadonlySet<string> = new Set(['read_file', 'ask_user', 'finish']);
+
+/**
+ * Rates one call: the model's `security_risk` argument (LOW, MEDIUM, HIGH; any
+ * other value or none is UNKNOWN) and the rules' floor. The decider combines
+ * them, the higher winning, so the model can raise a risk but never lower it.
+ */
+export function rateCall(name: string, args: Record<string, unknown>): CallRating {
+  if (DOES_NOT_ACT.has(name)) return { risk: 'low' };
+  const risk = name === 'run_command' && typeof args.command === 'string' ? rateCommand(args.command) : 'low';
+  const given = typeof args.security_risk === 'string' ? args.security_risk.toUpperCase() : '';
+  const securityRisk: SecurityRisk = given === 'LOW' || given === 'MEDIUM' || given === 'HIGH' ? given : 'UNKNOWN';
+  return { risk, securityRisk };
 }

@@ -20,6 +20,8 @@ const HELP =
  * that has no answer yet: `!<command>` runs the command, a command's output gets a short
  * summary, anything else an acknowledgement that says how to run commands. When more
  * wait behind it, its message goes on (`waitForResponse: false`) so each gets its step.
+ * It rates its commands LOW, as a model that trusts its user would: the rules'
+ * floor still holds a destructive one for confirmation.
  */
 export interface ScriptedAgentOptions {
   /** Think time before each answer, so a demo (or a test) can catch the agent mid-step. */
@@ -94,7 +96,7 @@ class ScriptedContext implements AgentContext {
     if (this.#delayMs > 0) await delay(this.#delayMs, undefined, { signal });
     // After the think time: a message stored meanwhile waits behind this answer.
     const action = this.#nextAction();
-    if (this.#deltaMs > 0 && onDelta && action.type !== 'run') {
+    if (this.#deltaMs > 0 && onDelta && (action.type === 'message' || action.type === 'finish')) {
       for (const [i, piece] of wordPieces(action.content).entries()) {
         if (i > 0) await delay(this.#deltaMs, undefined, { signal });
         onDelta(piece);
@@ -121,7 +123,7 @@ function answerUser(text: string): AgentAction {
   const trimmed = text.trim();
   if (trimmed.startsWith('!')) {
     const command = trimmed.slice(1).trim();
-    if (command) return { type: 'run', command };
+    if (command) return { type: 'run', command, securityRisk: 'LOW' };
     return { type: 'message', content: 'There is nothing to run after the "!". Try "!ls".' };
   }
   if (/^(help|\/help|\?)$/i.test(trimmed)) return { type: 'message', content: HELP };

@@ -25,6 +25,7 @@ import {
 } from '../store/index.ts';
 import { createTether, type Tether } from '../tether.ts';
 import { serveNats, type ServeNats } from './serveNats.ts';
+import { McpHub } from '../mcp/index.ts';
 
 const SHUTDOWN_BUDGET_MS = 10_000;
 const START_RETRY_MS = 500;
@@ -101,6 +102,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         bus: natsClusterBus(nc),
       },
       agent: agentOf(config, logger),
+      mcp: new McpHub({ ...config.mcp, heartbeatMs: config.leaseMs / 2, logger }),
+      confirmUnknown: config.confirmUnknown,
       processMetrics: true,
       logger,
       limits: config.limits,

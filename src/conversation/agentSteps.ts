@@ -73,8 +73,9 @@ export class AgentSteps {
     if (action.usage) await this.#host.decide({ type: 'agent_used', usage: action.usage });
     if (signal.aborted) return 'aborted';
     const answer = answerOf(action);
-    await this.#host.decide({ type: 'agent_answered', cause, answer, attempt, deltas: stream.count });
-    return answer.type === 'run' ? 'command' : answer.type;
+    const confirmUnknown = this.#deps.confirmUnknown ?? true;
+    await this.#host.decide({ type: 'agent_answered', cause, answer, attempt, deltas: stream.count, confirmUnknown });
+    return answer.type === 'calls' ? `${answer.calls.length} call(s)` : answer.type;
   }
 
   #publishDelta(frame: DeltaFrame): void {

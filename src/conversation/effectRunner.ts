@@ -1,12 +1,14 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DecisionInput, Effect, RepositoryProgress } from '../../machines/index.ts';
-import type { Agent, AgentContext } from '../agent/index.ts';
+import type { Agent, AgentContext, ListedServers } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { DeltaFrame, StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { DeltaChannel, EventLog, StatusChannel } from '../store/index.ts';
 import { prepareRepository } from './repositoryStart.ts';
+import { callTool, openMcp } from './toolCalls.ts';
+import type { McpConnections, McpHub } from '../mcp/index.ts';
 import { AgentSteps } from './agentSteps.ts';
 import type { DeltaStream } from './deltaStream.ts';
 import { outcomeOf, STATUS } from './effectResults.ts';
@@ -31,6 +33,10 @@ export interface EffectDeps {
   cloneTimeoutMs?: number;
   /** False once this node may no longer act as the conversation's owner (its lease lapsed): no effect starts. */
   leaseValid?: () => boolean;
+  /** The node's MCP servers (none: no MCP tools, and no `tools_listed` is stored). */
+  mcp?: McpHub;
+  /** TETHER_CONFIRM_UNKNOWN: a call the model did not rate waits in confirmation mode (default true). */
+  confirmUnknown?: boolean;
 }
 
 /** The part of a session that effects talk back to: every result goes to the decider. */
@@ -45,12 +51,21 @@ export interface EffectHost {
   runtimeLost(): string | null;
   /** The conversation's repository and how far its workspace has come (the log), or null without one. */
   repository(): RepositoryProgress | null;
+  /** The MCP tools the log listed last (`tools_listed`), or null when it never listed any. */
+  toolsListed(): Promise<ListedServers | null>;
 }
 
 /** A workspace's own set-up script, relative to the workspace. */
 const SETUP_SCRIPT = '.tether/setup.sh';
 
-type EffectName = 'agent step' | 'command' | 'runtime start' | 'runtime stop';
+type EffectName = 'agent step' | 'command' | 'tool call' | 'runtime start' | 'runtime stop';
+
+/** A live runtime, the event that asked for it, and the MCP servers started with it. */
+interface LiveRuntime {
+  process: Runtime;
+  cause: number;
+  mcp: McpConnections | null;
+}
 
 /**
  * Runs the effects a session's state asks for (`effectsOf`): a runtime, an
@@ -65,9 +80,11 @@ export class EffectRunner {
   readonly #host: EffectHost;
   readonly #deps: EffectDeps;
   readonly #abort = new AbortController();
-  #runtime: { process: Runtime; cause: number } | null = null;
+  #runtime: LiveRuntime | null = null;
   #starting: { done: Promise<Runtime | null>; cause: number } | null = null;
   #death: Promise<unknown> | null = null;
+  /** The MCP servers' tools were listed on this node (by a runtime's start). */
+  #mcpListed = false;
   readonly #agent: AgentSteps;
 
   constructor(host: EffectHost, deps: EffectDeps) {
@@ -109,7 +126,7 @@ export class EffectRunner {
     if (starting) await Promise.race([starting, new Promise((resolve) => setTimeout(resolve, 1_000).unref())]);
     const runtime = this.#runtime;
     this.#runtime = null;
-    if (runtime) await this.#timed('runtime stop', why, () => runtime.process.stop());
+    if (runtime) await this.#timed('runtime stop', why, () => stopLive(runtime));
   }
 
   #dispatch(effect: Exclude<Effect, { type: 'wake_at' }>, signal: AbortSignal): Promise<unknown> {
@@ -121,19 +138,35 @@ export class EffectRunner {
       case 'start_runtime':
         return this.#ensureRuntime(cause);
       case 'ask_agent':
-        return this.#timed('agent step', cause, () => this.#agent.ask(cause, effect.attempt, signal));
+        return this.#timed('agent step', cause, async () => {
+          await this.#toolsListed();
+          return this.#agent.ask(cause, effect.attempt, signal);
+        });
       case 'run_command':
         return this.#timed('command', cause, () => this.#runCommand(cause, effect.command, signal));
-      case 'fail_command':
-        return this.#host.decide({ type: 'command_unavailable', cause, command: effect.command, why: effect.why });
-      case 'interrupt_command':
-        return this.#host.decide({
-          type: 'command_interrupted',
-          cause,
-          command: effect.command,
-          why: 'the server stopped before this command finished',
-        });
+      case 'call_tool':
+        return this.#timed('tool call', cause, () => this.#callTool(effect, signal));
+      case 'fail_command': {
+        const { command, why, callId, tool } = effect;
+        return this.#host.decide({ type: 'command_unavailable', cause, command, why, callId, tool });
+      }
+      case 'interrupt_command': {
+        const { command, callId, tool } = effect;
+        const why = `the server stopped before this ${tool === undefined ? 'command' : 'call'} finished`;
+        return this.#host.decide({ type: 'command_interrupted', cause, command, why, callId, tool });
+      }
     }
+  }
+
+  /**
+   * Before this node's first agent step, the MCP servers' tools are listed
+   * (and stored when they changed): they start with the runtime, so a new
+   * owner, a restart or a fork starts it first (not a lost one: the agent
+   * answers with the tools last listed, and their calls fail until a reconnect).
+   */
+  async #toolsListed(): Promise<void> {
+    if (!this.#deps.mcp?.configured || this.#mcpListed || this.#host.runtimeLost() !== null) return;
+    await this.#ensureRuntime(this.#host.runtimeCause());
   }
 
   #dropped(err: unknown): void {
@@ -190,7 +223,7 @@ export class EffectRunner {
     const old = this.#runtime;
     this.#runtime = null;
     const done = (async () => {
-      if (old) await this.#timed('runtime stop', cause, () => old.process.stop());
+      if (old) await this.#timed('runtime stop', cause, () => stopLive(old));
       return this.#timed('runtime start', cause, () => this.#startRuntime(cause));
     })().finally(() => {
       if (this.#starting?.done === done) this.#starting = null;
@@ -202,6 +235,7 @@ export class EffectRunner {
   async #startRuntime(cause: number): Promise<Runtime | null> {
     await this.#progress('starting');
     const runtime = this.#deps.runtimes.create(this.#host.conversationId, { env: this.#deps.secrets });
+    let mcp: McpConnections | null = null;
     try {
       await this.#progress('connecting');
       await runtime.start();
@@ -214,7 +248,10 @@ export class EffectRunner {
       }
       await this.#setUpWorkspace(runtime);
       if (!runtime.alive) throw new Error('the runtime exited while it was being set up');
+      mcp = await openMcp(this.#host, this.#deps, runtime.workspace, this.#abort.signal, (f) => this.#status(f));
+      this.#mcpListed = true;
     } catch (err) {
+      await mcp?.close();
       await runtime.stop();
       if (this.#abort.signal.aborted) return null;
       this.#status(STATUS.failed);
@@ -225,10 +262,10 @@ export class EffectRunner {
       return null;
     }
     if (this.#abort.signal.aborted) {
-      await runtime.stop();
+      await stopLive({ process: runtime, cause, mcp });
       return null;
     }
-    this.#runtime = { process: runtime, cause };
+    this.#runtime = { process: runtime, cause, mcp };
     runtime.onExit((exit) => void this.#runtimeDied(runtime, exit.code, exit.signal));
     await this.#progress('connected');
     return runtime;
@@ -259,6 +296,8 @@ export class EffectRunner {
   /** Records a runtime's death once: status frame, then `runtime_status disconnected` (the machine goes to error). */
   #runtimeDied(runtime: Runtime, code: number | null, signal: string | null): Promise<unknown> {
     if (this.#runtime?.process !== runtime) return this.#death ?? Promise.resolve();
+    // Its MCP servers stop with it; a reconnect starts them again with the new runtime.
+    void this.#runtime.mcp?.close();
     this.#runtime = null;
     const message = `the runtime exited (${signal ? `signal ${signal}` : `code ${code}`})`;
     if (this.#deps.logger.isDebug)
@@ -275,23 +314,8 @@ export class EffectRunner {
    * decision that cut it stored the command's result).
    */
   async #runCommand(cause: number, command: string, signal: AbortSignal): Promise<string> {
-    // A runtime that died is not replaced behind the user's back: its death is
-    // stored first (it may be on its way, or come while we wait), then the log says whether it is lost.
-    for (let death = this.#death; ; death = this.#death) {
-      await death;
-      if (death === this.#death) break;
-    }
-    const lost = this.#host.runtimeLost();
-    if (lost !== null) {
-      await this.#host.decide({ type: 'command_unavailable', cause, command, why: lost });
-      return 'runtime unavailable';
-    }
-    const runtime = await this.#ensureRuntime(this.#host.runtimeCause());
-    if (signal.aborted) return 'aborted';
-    if (!runtime) {
-      await this.#host.decide({ type: 'command_unavailable', cause, command, why: 'it could not be started' });
-      return 'no runtime';
-    }
+    const runtime = await this.#runtimeFor({ type: 'command_unavailable', cause, command }, signal);
+    if (typeof runtime === 'string') return runtime;
     try {
       const result = await runtime.run(command, { timeoutMs: this.#deps.commandTimeoutMs, signal });
       if (signal.aborted) return 'aborted';
@@ -308,4 +332,59 @@ export class EffectRunner {
       return 'runtime unavailable';
     }
   }
+
+  /**
+   * The runtime a command or a tool call runs in; or, when there is none, how
+   * it ended (its result stored as unavailable, or aborted). A runtime that
+   * died is not replaced behind the user's back: its death is stored first (it
+   * may be on its way, or come while we wait), then the log says whether it is lost.
+   */
+  async #runtimeFor(
+    unavailable: Omit<Extract<DecisionInput, { type: 'command_unavailable' }>, 'why'>,
+    signal: AbortSignal,
+  ): Promise<Runtime | string> {
+    for (let death = this.#death; ; death = this.#death) {
+      await death;
+      if (death === this.#death) break;
+    }
+    const lost = this.#host.runtimeLost();
+    if (lost !== null) {
+      await this.#host.decide({ ...unavailable, why: lost });
+      return 'runtime unavailable';
+    }
+    const runtime = await this.#ensureRuntime(this.#host.runtimeCause());
+    if (signal.aborted) return 'aborted';
+    if (!runtime) {
+      await this.#host.decide({ ...unavailable, why: 'it could not be started' });
+      return 'no runtime';
+    }
+    return runtime;
+  }
+
+  /** Makes tool call `cause` on the runtime's workspace (and its MCP servers); its result goes to the decider. */
+  async #callTool(effect: Extract<Effect, { type: 'call_tool' }>, signal: AbortSignal): Promise<string> {
+    const { cause, callId, tool } = effect;
+    const unavailable = { type: 'command_unavailable' as const, cause, command: tool, callId, tool };
+    const runtime = await this.#runtimeFor(unavailable, signal);
+    if (typeof runtime === 'string') return runtime;
+    const mcp = this.#runtime?.process === runtime ? this.#runtime.mcp : null;
+    let result;
+    try {
+      result = await callTool(effect, { workspace: runtime.workspace, mcp }, signal);
+    } catch (err) {
+      if (signal.aborted) return 'aborted';
+      throw err;
+    }
+    if (signal.aborted) return 'aborted';
+    // A server that died, timed out or never started: the clients see it at once, the model in the result.
+    if (result.failed) this.#status({ level: 'warning', id: 'STATUS$MCP_SERVER', message: result.output });
+    const { output, isError } = result;
+    await this.#host.decide({ type: 'tool_finished', cause, callId, tool, output, isError });
+    return isError ? 'error' : 'done';
+  }
+}
+
+/** Stops a runtime and the MCP servers started with it. */
+async function stopLive(live: LiveRuntime): Promise<void> {
+  await Promise.all([live.mcp?.close(), live.process.stop()]);
 }

@@ -75,6 +75,7 @@ export class Session {
         runtimeCause: () => this.snapshot?.context.runtimeCause ?? 0,
         runtimeLost: () => this.snapshot?.context.runtimeLost ?? null,
         repository: () => this.snapshot?.context.repository ?? null,
+        toolsListed: () => this.#log.toolsListed((work) => this.#mailboxed(work)),
       },
       deps,
       (deadline) => void this.#deadlinePassed(deadline),

@@ -13,7 +13,7 @@ export class EffectCutError extends Error {
 }
 
 /** The effects a state stops asking for are cut: an agent step (its LLM request) and a command (its process group). */
-const CUT_WHEN_NOT_ASKED: ReadonlySet<Effect['type']> = new Set(['ask_agent', 'run_command']);
+const CUT_WHEN_NOT_ASKED: ReadonlySet<Effect['type']> = new Set(['ask_agent', 'run_command', 'call_tool']);
 
 /**
  * Turns what a session's state asks for into running effects, in one place,

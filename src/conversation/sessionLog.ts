@@ -1,5 +1,5 @@
 import { sessionMachine, SESSION_MACHINE_VERSION, type SessionSnapshot } from '../../machines/index.ts';
-import type { Agent, AgentContext } from '../agent/index.ts';
+import type { Agent, AgentContext, ListedServers } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import { EVENT_VERSION } from '../../protocol/index.ts';
@@ -56,6 +56,7 @@ export class SessionLog {
   readonly #writes = new Set<Promise<void>>();
   /** This conversation's events since the last snapshot (stream sequences are shared by all conversations). */
   #sinceSnapshot = 0;
+  #toolsListed: ListedServers | null = null;
 
   constructor(
     conversationId: string,
@@ -66,7 +67,7 @@ export class SessionLog {
     this.#conversationId = conversationId;
     this.#deps = deps;
     this.#onFault = onFault;
-    this.#context = start?.history === null ? null : deps.agent.context(conversationId);
+    this.#context = start?.history === null ? null : this.#newContext();
     for (const event of start?.history ?? []) this.#context?.observe(event);
     this.#lastSeq = start?.lastSeq ?? 0;
     this.#nextEventId = start?.nextEventId ?? 0;
@@ -95,7 +96,7 @@ export class SessionLog {
     if (this.#context) return Promise.resolve(this.#context);
     return mailboxed(async () => {
       if (this.#context) return this.#context;
-      const context = this.#deps.agent.context(this.#conversationId);
+      const context = this.#newContext();
       for (let afterSeq = 0, more = true; more;) {
         const page = await this.#deps.log.read(this.#conversationId, { afterSeq, limit: REBUILD_PAGE });
         for (const { seq, event } of page.items) if (seq <= this.#lastSeq) context.observe(event);
@@ -105,6 +106,24 @@ export class SessionLog {
       this.#context = context;
       return context;
     });
+  }
+
+  /** The MCP tools the log last listed (`tools_listed`), or null when it never listed any; read with the agent's context. */
+  async toolsListed(mailboxed: <T>(work: () => Promise<T>) => Promise<T>): Promise<ListedServers | null> {
+    await this.agentContext(mailboxed);
+    return this.#toolsListed;
+  }
+
+  /** The agent's context, which also keeps the last `tools_listed` as it goes by. */
+  #newContext(): AgentContext {
+    const context = this.#deps.agent.context(this.#conversationId);
+    return {
+      observe: (event) => {
+        if (event.type === 'tools_listed') this.#toolsListed = event.data.servers;
+        context.observe(event);
+      },
+      step: (input) => context.step(input),
+    };
   }
 
   /** Appends one event; any fault other than a refused duplicate releases the session, so that it is rehydrated from the log. */

@@ -2,6 +2,7 @@ import { DEFAULT_RATE_LIMIT_RETRIES } from '../../machines/index.ts';
 import type { Agent } from '../agent/index.ts';
 import type { Logger } from '../logger.ts';
 import type { RuntimeProvider } from '../runtime/index.ts';
+import type { McpHub } from '../mcp/index.ts';
 import type {
   CheckpointStore,
   ClusterBus,
@@ -70,6 +71,10 @@ export interface HostDeps {
   newId?: () => string;
   logger?: Logger;
   commandTimeoutMs?: number;
+  /** The node's MCP servers, started per conversation with its runtime (none: no MCP tools). */
+  mcp?: McpHub;
+  /** TETHER_CONFIRM_UNKNOWN (default true). */
+  confirmUnknown?: boolean;
   /** Which node runs each conversation (default: this process runs them all). */
   ownership?: Ownership;
   /** How actions reach a conversation's owner on another node (needed with a clustered ownership). */

@@ -56,6 +56,8 @@ export class SessionFactory {
       logger,
       secrets: this.#deps.secrets.of(conversationId),
       commandTimeoutMs: host.commandTimeoutMs,
+      mcp: host.mcp,
+      confirmUnknown: host.confirmUnknown,
       cloneTimeoutMs: limits.cloneTimeoutMs,
       leaseValid: ownership.clustered ? () => ownership.leaseValid() : undefined,
       onApplied: (session, before) => hooks.applied(session, before),

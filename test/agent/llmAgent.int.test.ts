@@ -1,8 +1,4 @@
-import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { inspect, promisify } from 'node:util';
+import { inspect } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   llmAgent,
@@ -58,25 +54,28 @@ const userSays = (content: string): Draft => ({ source: 'user', type: 'message',
 const agentSays = (content: string): Draft => ({ source: 'agent', type: 'message', data: { content } });
 const agentFinishes = (content: string): Draft => ({ source: 'agent', type: 'finish', data: { content } });
 const runs = (source: 'agent' | 'user', command: string): Draft => ({ source, type: 'command', data: { command } });
-const output = (cause: number, command: string, out: string, exit_code: number | null = 0): Draft => ({
+const output = (
+  cause: number,
+  command: string,
+  out: string,
+  exit_code: number | null = 0,
+  call_id?: string,
+): Draft => ({
   source: 'environment',
   type: 'command_output',
   cause,
-  data: { command, exit_code, output: out, timed_out: false, truncated: false },
+  data: { command, exit_code, output: out, timed_out: false, truncated: false, ...(call_id && { call_id }) },
 });
 const stateChanged: Draft = { source: 'environment', type: 'agent_state_changed', data: { state: 'running' } };
 
 let server: FakeLlmServer;
-let workspace: string;
 
 beforeEach(async () => {
   server = await startFakeLlmServer();
-  workspace = await mkdtemp(join(tmpdir(), 'tether-llm-agent-'));
 });
 
 afterEach(async () => {
   await server.close();
-  await rm(workspace, { recursive: true, force: true });
 });
 
 function agent(options: Partial<LlmAgentOptions> = {}) {
@@ -137,18 +136,6 @@ const byteByByte: typeof fetch = async (input, init) => {
   return new Response(body, { status: res.status, headers: res.headers });
 };
 
-/** Runs a generated command the way a runtime would: bash, in the workspace. */
-async function bash(command: string): Promise<string> {
-  const { stdout } = await promisify(execFile)('bash', ['--noprofile', '--norc', '-c', command], { cwd: workspace });
-  return stdout;
-}
-
-async function commandOf(reply: FakeReply): Promise<string> {
-  const action = await stepWith(reply);
-  if (action.type !== 'run') throw new Error(`expected a run action, got ${JSON.stringify(action)}`);
-  return action.command;
-}
-
 describe('llmAgent requests', () => {
   it('posts the model, the five tools and tool_choice auto to /chat/completions with the key as a bearer token', async () => {
     await stepWith(text('hello'));
@@ -172,6 +159,76 @@ describe('llmAgent requests', () => {
     ]);
   });
 
+  it('makes run_command and write_file, the built-in tools that act, require a security_risk of LOW, MEDIUM or HIGH', async () => {
+    await stepWith(text('hello'));
+    const tools: { function: { name: string; parameters: { properties: object; required: string[] } } }[] =
+      server.requests[0]?.body.tools;
+    const required = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters.required]));
+    expect(required).toEqual({
+      run_command: ['command', 'security_risk'],
+      read_file: ['path'],
+      write_file: ['path', 'content', 'security_risk'],
+      ask_user: ['question'],
+      finish: ['message'],
+    });
+    for (const name of ['run_command', 'write_file']) {
+      const { properties } = tools.find((t) => t.function.name === name)!.function.parameters;
+      expect(properties).toHaveProperty(
+        'security_risk',
+        expect.objectContaining({ type: 'string', enum: ['LOW', 'MEDIUM', 'HIGH'] }),
+      );
+    }
+  });
+
+  it("offers the MCP tools of the last tools_listed as <server>__<tool>, with the tool's schema and a required security_risk", async () => {
+    const search = {
+      name: 'search',
+      description: 'Search the docs.',
+      input_schema: {
+        type: 'object',
+        properties: { query: { type: 'string' }, limit: { type: 'integer' } },
+        required: ['query'],
+      },
+    };
+    const listed = (servers: { name: string; tools: (typeof search)[] }[]): Draft => ({
+      source: 'environment',
+      type: 'tools_listed',
+      data: { servers },
+    });
+    const events = history(
+      created(),
+      listed([{ name: 'old', tools: [{ ...search, name: 'gone' }] }]),
+      userSays('hi'),
+      listed([{ name: 'docs', tools: [search] }]),
+    );
+    await stepWith(text('ok'), events);
+    const tools: { type: string; function: { name: string } }[] = server.requests[0]?.body.tools;
+    expect(tools.map((t) => t.function.name)).toEqual([
+      'run_command',
+      'read_file',
+      'write_file',
+      'ask_user',
+      'finish',
+      'docs__search',
+    ]);
+    expect(tools.at(-1)).toEqual({
+      type: 'function',
+      function: {
+        name: 'docs__search',
+        description: 'Search the docs.',
+        parameters: {
+          type: 'object',
+          properties: {
+            query: { type: 'string' },
+            limit: { type: 'integer' },
+            security_risk: expect.objectContaining({ enum: ['LOW', 'MEDIUM', 'HIGH'] }),
+          },
+          required: ['query', 'security_risk'],
+        },
+      },
+    });
+  });
+
   it('with stream: false, posts the plain request without stream or stream_options', async () => {
     server.enqueue(text('hello'));
     await stepOver(agent({ stream: false }), history(created(), userSays('hi')));
@@ -186,18 +243,39 @@ describe('llmAgent requests', () => {
 });
 
 describe('llmAgent turns replies into actions', () => {
-  it('turns a run_command call into a run action with the command as given', async () => {
-    expect(await stepWith(toolCall('run_command', { command: 'ls -la | wc -l' }))).toEqual({
-      type: 'run',
-      command: 'ls -la | wc -l',
+  /** A completion whose assistant message makes these calls, in this order. */
+  const replyCalling = (...calls: { id?: string; name: string; arguments: string }[]): FakeReply => ({
+    json: {
+      choices: [
+        {
+          message: {
+            role: 'assistant',
+            content: null,
+            tool_calls: calls.map(({ id, name, arguments: args }) => ({
+              ...(id !== undefined && { id }),
+              type: 'function',
+              function: { name, arguments: args },
+            })),
+          },
+        },
+      ],
+    },
+  });
+
+  it('turns a run_command call into a call with the command and its rating as given', async () => {
+    const args = { command: 'ls -la | wc -l', security_risk: 'LOW' };
+    expect(await stepWith(toolCall('run_command', args))).toEqual({
+      type: 'calls',
+      calls: [{ id: 'call_x', name: 'run_command', arguments: args }],
     });
   });
 
-  it('turns a read_file call into a command that prints the file, whatever its name', async () => {
-    const name = `-odd 'name' "$HOME" \`x\`.txt`;
-    await writeFile(join(workspace, name), 'the content\n');
-    const command = await commandOf(toolCall('read_file', { path: name }));
-    expect(await bash(command)).toBe('the content\n');
+  it('passes a read_file call on as a call with its path exactly as the model sent it', async () => {
+    const path = `-odd 'name' "$HOME" \`x\`.txt`;
+    expect(await stepWith(toolCall('read_file', { path }))).toEqual({
+      type: 'calls',
+      calls: [{ id: 'call_x', name: 'read_file', arguments: { path } }],
+    });
   });
 
   const nasty: [string, string][] = [
@@ -207,36 +285,47 @@ describe('llmAgent turns replies into actions', () => {
     ['no trailing newline', 'last line without newline'],
     ['trailing and leading newlines', '\n\nbody\n\n\n'],
     ['printf escapes', 'back\\slash \\n %s %d %% \\x41 \\0'],
+    ['JSON-like content', '{"path":"other.txt","content":"x"}\\u0000 \\"'],
     ['option-like content', '-n'],
     ['empty content', ''],
     ['unicode, tabs and CRLF', 'héllo ✓ 日本語 🎉\ttab\r\ncrlf\r\n'],
   ];
 
-  it.each(nasty)('writes content with %s byte for byte through write_file', async (_label, content) => {
+  it.each(nasty)('passes write_file content with %s on byte for byte, plain or streamed', async (_label, content) => {
     const path = `new dir/it's "odd" $x/file.txt`;
-    const command = await commandOf(toolCall('write_file', { path, content }));
-    await bash(command);
-    expect(await readFile(join(workspace, path), 'utf8')).toBe(content);
+    const args = { path, content, security_risk: 'MEDIUM' };
+    const expected = { type: 'calls', calls: [{ id: 'call_x', name: 'write_file', arguments: args }] };
+    const plain = await stepWith(toolCall('write_file', args));
+    expect(plain).toEqual(expected);
+    // Streamed, the arguments arrive in pieces that may split an escape or a character.
+    const { action } = await streamStep(streamed([], { toolCall: { name: 'write_file', args } }));
+    expect(action).toEqual(expected);
+    for (const made of [plain, action]) {
+      const call = made.type === 'calls' ? made.calls[0] : undefined;
+      expect(Buffer.from(String(call?.arguments.content), 'utf8').equals(Buffer.from(content, 'utf8'))).toBe(true);
+    }
   });
 
-  it('replaces an existing file through write_file instead of appending to it', async () => {
-    await mkdir(dirname(join(workspace, 'a/b.txt')), { recursive: true });
-    await writeFile(join(workspace, 'a/b.txt'), 'old content that is longer');
-    await bash(await commandOf(toolCall('write_file', { path: 'a/b.txt', content: 'new' })));
-    expect(await readFile(join(workspace, 'a/b.txt'), 'utf8')).toBe('new');
-  });
-
-  it('turns ask_user into a message that waits for the user', async () => {
+  it('turns ask_user alone into a message that waits for the user, with the call id', async () => {
     expect(await stepWith(toolCall('ask_user', { question: 'Which branch?' }))).toEqual({
       type: 'message',
       content: 'Which branch?',
+      callId: 'call_x',
     });
   });
 
-  it('turns finish into a finish action with its message', async () => {
+  it('passes ask_user without a question on as a call, to be answered with an error', async () => {
+    expect(await stepWith(toolCall('ask_user', { question: '  ' }))).toEqual({
+      type: 'calls',
+      calls: [{ id: 'call_x', name: 'ask_user', arguments: { question: '  ' } }],
+    });
+  });
+
+  it('turns finish alone into a finish action with its message and the call id', async () => {
     expect(await stepWith(toolCall('finish', { message: 'All tests pass.' }))).toEqual({
       type: 'finish',
       content: 'All tests pass.',
+      callId: 'call_x',
     });
   });
 
@@ -244,24 +333,87 @@ describe('llmAgent turns replies into actions', () => {
     expect(await stepWith(text('  Hello there.  '))).toEqual({ type: 'message', content: 'Hello there.' });
   });
 
-  it('acts on the first tool call when the model makes several', async () => {
-    const reply: FakeReply = {
-      json: {
-        choices: [
-          {
-            message: {
-              role: 'assistant',
-              content: null,
-              tool_calls: [
-                { id: 'a', type: 'function', function: { name: 'run_command', arguments: '{"command":"first"}' } },
-                { id: 'b', type: 'function', function: { name: 'run_command', arguments: '{"command":"second"}' } },
-              ],
-            },
-          },
-        ],
-      },
-    };
-    expect(await stepWith(reply)).toEqual({ type: 'run', command: 'first' });
+  it('keeps every call of a reply, in order, with its id', async () => {
+    const reply = replyCalling(
+      { id: 'b', name: 'run_command', arguments: '{"command":"first","security_risk":"LOW"}' },
+      { id: 'a', name: 'write_file', arguments: '{"path":"x","content":"y"}' },
+      { id: 'c', name: 'run_command', arguments: '{"command":"third"}' },
+    );
+    expect(await stepWith(reply)).toEqual({
+      type: 'calls',
+      calls: [
+        { id: 'b', name: 'run_command', arguments: { command: 'first', security_risk: 'LOW' } },
+        { id: 'a', name: 'write_file', arguments: { path: 'x', content: 'y' } },
+        { id: 'c', name: 'run_command', arguments: { command: 'third' } },
+      ],
+    });
+  });
+
+  it('gives a call the model sent without an id an id of its own, another for each call', async () => {
+    const reply = replyCalling(
+      { name: 'run_command', arguments: '{"command":"one"}' },
+      { name: 'run_command', arguments: '{"command":"two"}' },
+    );
+    const action = await stepWith(reply);
+    if (action.type !== 'calls') expect.fail(`expected calls, got ${JSON.stringify(action)}`);
+    const ids = action.calls.map((c) => c.id);
+    expect(ids).toEqual([expect.stringMatching(/^call_./), expect.stringMatching(/^call_./)]);
+    expect(new Set(ids).size).toBe(2);
+  });
+
+  it.each<[string, FakeReply, { name: string; arguments: Record<string, unknown> }[]]>([
+    [
+      'a call of an unknown tool',
+      toolCall('delete_everything', { all: true }),
+      [{ name: 'delete_everything', arguments: { all: true } }],
+    ],
+    [
+      'write_file without a path',
+      toolCall('write_file', { content: 'x' }),
+      [{ name: 'write_file', arguments: { content: 'x' } }],
+    ],
+    [
+      'a call without arguments',
+      replyCalling({ id: 'call_x', name: 'read_file', arguments: '' }),
+      [{ name: 'read_file', arguments: {} }],
+    ],
+    [
+      'ask_user among other calls',
+      replyCalling(
+        { id: 'call_x', name: 'run_command', arguments: '{"command":"ls"}' },
+        { id: 'call_y', name: 'ask_user', arguments: '{"question":"ok?"}' },
+      ),
+      [
+        { name: 'run_command', arguments: { command: 'ls' } },
+        { name: 'ask_user', arguments: { question: 'ok?' } },
+      ],
+    ],
+    [
+      'finish among other calls',
+      replyCalling(
+        { id: 'call_x', name: 'finish', arguments: '{"message":"done"}' },
+        { id: 'call_y', name: 'finish', arguments: '{"message":"really"}' },
+      ),
+      [
+        { name: 'finish', arguments: { message: 'done' } },
+        { name: 'finish', arguments: { message: 'really' } },
+      ],
+    ],
+  ])('passes %s on as calls for the session to answer, not as an error', async (_label, reply, calls) => {
+    const action = await stepWith(reply);
+    expect(action).toEqual({
+      type: 'calls',
+      calls: calls.map((call, n) => ({ id: n === 0 ? 'call_x' : 'call_y', ...call })),
+    });
+  });
+
+  it('passes a streamed call of an unknown tool on as a call, with the streamed text as its thought', async () => {
+    const { action } = await streamStep(streamed(['hm'], { toolCall: { name: 'delete_everything', args: {} } }));
+    expect(action).toEqual({
+      type: 'calls',
+      calls: [{ id: 'call_x', name: 'delete_everything', arguments: {} }],
+      thought: 'hm',
+    });
   });
 
   it('reports token usage and its cost for each step', async () => {
@@ -293,7 +445,7 @@ describe('llmAgent maps history to chat messages', () => {
     expect(system.content).toContain('Instructions for this conversation:\nAlways answer in French.');
   });
 
-  it('sends each agent command as a tool call followed by its own output, and user commands as notes', async () => {
+  it('sends each agent command as a tool call (call_<id> when stored without call_id) followed by its own output, and user commands as notes', async () => {
     const events = history(
       created(), // 0
       userSays('count the files'), // 1
@@ -333,6 +485,135 @@ describe('llmAgent maps history to chat messages', () => {
       { role: 'tool', tool_call_id: 'call_8', content: 'Exit code: 2\nOutput:\nboom' },
       { role: 'user', content: 'also run the tests' },
       { role: 'assistant', content: 'make failed' },
+    ]);
+  });
+
+  /** One agent call of the reply to step 1 (the user's message), attempt 1. */
+  const reply = { item_id: 'item-1', attempt: 1 };
+  const agentRuns = (command: string, call_id: string, more: object = {}): Draft => ({
+    source: 'agent',
+    type: 'command',
+    cause: 1,
+    data: { command, call_id, ...reply, ...more },
+  });
+  const agentCalls = (tool: string, call_id: string, args: Record<string, unknown>, more: object = {}): Draft => ({
+    source: 'agent',
+    type: 'tool_call',
+    cause: 1,
+    data: { call_id, tool, arguments: args, ...reply, ...more },
+  });
+  const toolResult = (cause: number, call_id: string, tool: string, out: string, is_error = false): Draft => ({
+    source: 'environment',
+    type: 'tool_result',
+    cause,
+    data: { call_id, tool, output: out, is_error },
+  });
+  const call = (id: string, name: string, args: string) => ({
+    id,
+    type: 'function',
+    function: { name, arguments: args },
+  });
+
+  it("sends the calls of one reply as one assistant message, then each call's result in call order, wherever it was stored", async () => {
+    const events = history(
+      created(), // 0
+      userSays('look around'), // 1
+      agentRuns('ls', 'tc_run', { security_risk: 'LOW', thought: 'Two things.' }), // 2
+      agentCalls('read_file', 'tc_read', { path: 'a.txt' }), // 3
+      userSays('hurry up'), // 4: arrives while the calls run
+      output(2, 'ls', 'a.txt\n', 0, 'tc_run'), // 5
+      toolResult(3, 'tc_read', 'read_file', 'A\n'), // 6
+    );
+    await stepWith(text('ok'), events);
+    const [, ...messages] = server.requests[0]!.body.messages;
+    expect(messages).toEqual([
+      { role: 'user', content: 'look around' },
+      {
+        role: 'assistant',
+        content: 'Two things.',
+        tool_calls: [
+          call('tc_run', 'run_command', '{"command":"ls","security_risk":"LOW"}'),
+          call('tc_read', 'read_file', '{"path":"a.txt"}'),
+        ],
+      },
+      { role: 'tool', tool_call_id: 'tc_run', content: 'Exit code: 0\nOutput:\na.txt\n' },
+      { role: 'tool', tool_call_id: 'tc_read', content: 'A\n' },
+      { role: 'user', content: 'hurry up' },
+    ]);
+  });
+
+  it('sends calls of different replies (another attempt, another step) as assistant messages of their own', async () => {
+    const events = history(
+      created(), // 0
+      userSays('go'), // 1
+      agentRuns('one', 'tc_1'), // 2
+      agentRuns('two', 'tc_2', { attempt: 2 }), // 3
+      agentCalls('read_file', 'tc_3', { path: 'x' }, { item_id: 'item-2' }), // 4
+    );
+    await stepWith(text('ok'), events);
+    const assistants = server.requests[0]!.body.messages.filter((m: { role: string }) => m.role === 'assistant');
+    expect(assistants.map((m: { tool_calls: { id: string }[] }) => m.tool_calls.map((c) => c.id))).toEqual([
+      ['tc_1'],
+      ['tc_2'],
+      ['tc_3'],
+    ]);
+  });
+
+  it('sends a tool_result that is an error with an "Error: " prefix, and a call without result a placeholder', async () => {
+    const events = history(
+      created(), // 0
+      userSays('go'), // 1
+      agentCalls('write_file', 'tc_w', { path: '/etc/passwd', content: 'x', security_risk: 'HIGH' }), // 2
+      agentCalls('docs__search', 'tc_s', { query: 'q' }), // 3
+      toolResult(2, 'tc_w', 'write_file', 'Cannot write /etc/passwd: it is outside the workspace.', true), // 4
+    );
+    await stepWith(text('ok'), events);
+    expect(server.requests[0]!.body.messages.slice(-2)).toEqual([
+      { role: 'tool', tool_call_id: 'tc_w', content: 'Error: Cannot write /etc/passwd: it is outside the workspace.' },
+      { role: 'tool', tool_call_id: 'tc_s', content: 'No result was recorded for this call.' },
+    ]);
+  });
+
+  it('keeps the stored call_id of a command, and gives an old-log command without one call_<event id>', async () => {
+    const events = history(
+      created(), // 0
+      userSays('go'), // 1
+      runs('agent', 'old'), // 2: stored before call ids
+      output(2, 'old', ''), // 3
+      agentRuns('new', 'tc_new'), // 4
+      output(4, 'new', ''), // 5
+    );
+    await stepWith(text('ok'), events);
+    const ids = server.requests[0]!.body.messages.flatMap(
+      (m: { tool_calls?: { id: string }[]; tool_call_id?: string }) =>
+        m.tool_calls ? m.tool_calls.map((c) => c.id) : m.tool_call_id ? [m.tool_call_id] : [],
+    );
+    expect(ids).toEqual(['call_2', 'call_2', 'tc_new', 'tc_new']);
+  });
+
+  it('sends an agent message or finish made from ask_user or finish as that call, answered at once', async () => {
+    const events = history(
+      created(), // 0
+      userSays('go'), // 1
+      { source: 'agent', type: 'message', cause: 1, data: { content: 'Which branch?', call_id: 'tc_ask', ...reply } }, // 2
+      userSays('main'), // 3
+      { source: 'agent', type: 'finish', cause: 3, data: { content: 'Merged.', call_id: 'tc_fin', thought: 'So.' } }, // 4
+      userSays('thanks'), // 5
+    );
+    await stepWith(text('ok'), events);
+    const [, ...messages] = server.requests[0]!.body.messages;
+    expect(messages).toEqual([
+      { role: 'user', content: 'go' },
+      { role: 'assistant', content: null, tool_calls: [call('tc_ask', 'ask_user', '{"question":"Which branch?"}')] },
+      {
+        role: 'tool',
+        tool_call_id: 'tc_ask',
+        content: 'The question was shown to the user; their answer is their next message.',
+      },
+      { role: 'user', content: 'main' },
+      { role: 'assistant', content: 'So.', tool_calls: [call('tc_fin', 'finish', '{"message":"Merged."}')] },
+      { role: 'tool', tool_call_id: 'tc_fin', content: 'The user was told that the task is done.' },
+      { role: 'user', content: 'thanks' },
     ]);
   });
 
@@ -378,7 +659,11 @@ describe('llmAgent streams its reply', () => {
     const { action, deltas } = await streamStep(
       streamed(['Let me ', 'look.\n'], { gapMs: 1, toolCall: { name: 'run_command', args: { command: 'ls -la' } } }),
     );
-    expect(action).toEqual({ type: 'run', command: 'ls -la', thought: 'Let me look.\n' });
+    expect(action).toEqual({
+      type: 'calls',
+      calls: [{ id: 'call_x', name: 'run_command', arguments: { command: 'ls -la' } }],
+      thought: 'Let me look.\n',
+    });
     expect(deltas.join('')).toBe(action.thought);
   });
 
@@ -386,7 +671,7 @@ describe('llmAgent streams its reply', () => {
     const { action, deltas } = await streamStep(
       streamed([], { toolCall: { name: 'finish', args: { message: 'All done.' } } }),
     );
-    expect(action).toEqual({ type: 'finish', content: 'All done.' });
+    expect(action).toEqual({ type: 'finish', content: 'All done.', callId: 'call_x' });
     expect(deltas).toEqual([]);
   });
 
@@ -449,9 +734,13 @@ describe('llmAgent streams its reply', () => {
       { raw: body, headers: { 'content-type': 'text/event-stream; charset=utf-8' } },
       { fetch: byteByByte },
     );
+    // The calls in the order of their index, not of their first chunk.
     expect(action).toEqual({
-      type: 'run',
-      command: 'first',
+      type: 'calls',
+      calls: [
+        { id: 'a', name: 'run_command', arguments: { command: 'first' } },
+        { id: 'b', name: 'run_command', arguments: { command: 'second' } },
+      ],
       thought: 'héllo ✓ 日本語 🎉',
       usage: { prompt_tokens: 3, completion_tokens: 4, cost: 0 },
     });
@@ -607,8 +896,6 @@ describe('llmAgent errors', () => {
       'a stream event that is not JSON',
       { raw: 'data: {"choices": [\n\n', headers: { 'content-type': 'text/event-stream' } },
     ],
-    ['a call of an unknown tool', toolCall('delete_everything', {})],
-    ['a streamed call of an unknown tool', streamed(['hm'], { toolCall: { name: 'delete_everything', args: {} } })],
     [
       'arguments that are not JSON',
       {
@@ -617,7 +904,35 @@ describe('llmAgent errors', () => {
         },
       },
     ],
-    ['write_file without a path', toolCall('write_file', { content: 'x' })],
+    [
+      'arguments that are JSON but not an object',
+      {
+        json: {
+          choices: [{ message: { tool_calls: [{ id: 'a', function: { name: 'read_file', arguments: '["x"]' } }] } }],
+        },
+      },
+    ],
+    [
+      'one call among several whose arguments are not JSON',
+      {
+        json: {
+          choices: [
+            {
+              message: {
+                tool_calls: [
+                  { id: 'a', function: { name: 'read_file', arguments: '{"path":"x"}' } },
+                  { id: 'b', function: { name: 'write_file', arguments: '{"path":"y",' } },
+                ],
+              },
+            },
+          ],
+        },
+      },
+    ],
+    [
+      'streamed arguments that are a JSON string, not an object',
+      streamed(['hm'], { toolCall: { name: 'run_command', args: 'ls' } }),
+    ],
   ])('throws LlmResponseError on %s', async (_label, reply) => {
     const err = await failWith({}, reply);
     expect(err).toBeInstanceOf(LlmResponseError);

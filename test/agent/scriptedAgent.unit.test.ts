@@ -59,11 +59,19 @@ async function reply(...drafts: Draft[]): Promise<string> {
 
 describe('ScriptedAgent', () => {
   it('runs the command of a user message that starts with "!"', async () => {
-    await expect(step(created(), userSays('  !  ls -la  '))).resolves.toEqual({ type: 'run', command: 'ls -la' });
+    await expect(step(created(), userSays('  !  ls -la  '))).resolves.toEqual({
+      type: 'run',
+      command: 'ls -la',
+      securityRisk: 'LOW',
+    });
   });
 
   it('runs a multi-line command as given after the "!"', async () => {
-    await expect(step(userSays('!cd src\nls'))).resolves.toEqual({ type: 'run', command: 'cd src\nls' });
+    await expect(step(userSays('!cd src\nls'))).resolves.toEqual({
+      type: 'run',
+      command: 'cd src\nls',
+      securityRisk: 'LOW',
+    });
   });
 
   it('says there is nothing to run for a bare "!"', async () => {
@@ -89,13 +97,18 @@ describe('ScriptedAgent', () => {
   });
 
   it('looks past lifecycle events to the latest user message', async () => {
-    await expect(step(userSays('!pwd'), running)).resolves.toEqual({ type: 'run', command: 'pwd' });
+    await expect(step(userSays('!pwd'), running)).resolves.toEqual({
+      type: 'run',
+      command: 'pwd',
+      securityRisk: 'LOW',
+    });
   });
 
   it('answers the initial message once: the creation record names it, the message event is what counts', async () => {
     await expect(step(created('!whoami'), userSays('!whoami'), running)).resolves.toEqual({
       type: 'run',
       command: 'whoami',
+      securityRisk: 'LOW',
     });
     const afterAnswer = await step(
       created('!whoami'),
@@ -113,6 +126,7 @@ describe('ScriptedAgent', () => {
     await expect(step(...queued, agentSays('You said: "first"'))).resolves.toEqual({
       type: 'run',
       command: 'echo second',
+      securityRisk: 'LOW',
     });
   });
 

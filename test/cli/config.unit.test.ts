@@ -67,3 +67,29 @@ describe('the workspace settings', () => {
     expect(() => loadConfig({ TETHER_CLONE_TIMEOUT_MS: '0' })).toThrow(/TETHER_CLONE_TIMEOUT_MS/);
   });
 });
+
+describe('the tool settings', () => {
+  it('default to no MCP server, 32 live on a node, a 60 s call, and unrated calls waiting in confirmation mode', () => {
+    const config = loadConfig({});
+    expect(config.mcp).toEqual({ servers: {}, maxLive: 32, callTimeoutMs: 60_000 });
+    expect(config.confirmUnknown).toBe(true);
+  });
+
+  it('are read from the environment, and a bad value names its variable', () => {
+    const config = loadConfig({
+      TETHER_MCP_SERVERS: '{"fs": {"command": "mcp-fs", "args": ["."]}, "web": {"url": "http://127.0.0.1:9/mcp"}}',
+      TETHER_MCP_MAX_LIVE: '4',
+      TETHER_MCP_CALL_TIMEOUT_MS: '500',
+      TETHER_CONFIRM_UNKNOWN: 'false',
+    });
+    expect(config.mcp).toEqual({
+      servers: { fs: { command: 'mcp-fs', args: ['.'], env: {} }, web: { url: 'http://127.0.0.1:9/mcp' } },
+      maxLive: 4,
+      callTimeoutMs: 500,
+    });
+    expect(config.confirmUnknown).toBe(false);
+    expect(() => loadConfig({ TETHER_MCP_SERVERS: '{"fs": ' })).toThrow(/TETHER_MCP_SERVERS: use a JSON object/);
+    expect(() => loadConfig({ TETHER_MCP_SERVERS: '{"a__b": {"url": "http://x"}}' })).toThrow(/TETHER_MCP_SERVERS/);
+    expect(() => loadConfig({ TETHER_CONFIRM_UNKNOWN: 'maybe' })).toThrow(/TETHER_CONFIRM_UNKNOWN: use true or false/);
+  });
+});

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import { useE2e } from '../support/e2e.ts';
-import { failure, startFakeLlmServer, text, toolCall, type FakeLlmServer } from '../support/fakeLlmServer.ts';
+import { failure, startFakeLlmServer, text, type FakeLlmServer, type FakeReply } from '../support/fakeLlmServer.ts';
 import { eventsWhen, http, type ServerProcess } from '../support/serverProcess.ts';
 import { WsClient, wsUrlFor } from '../support/wsClient.ts';
 
@@ -49,14 +49,26 @@ function untilState(id: string, state: string): Promise<LoggedEvent[]> {
   );
 }
 
-type AgentAnswer = Extract<StoredEvent, { type: 'message' | 'command' | 'finish' }>;
+/** A completion whose assistant message makes one call, with this id. */
+function callReply(id: string, name: string, args: Record<string, unknown>): FakeReply {
+  const tool_calls = [{ id, type: 'function', function: { name, arguments: JSON.stringify(args) } }];
+  return {
+    json: {
+      choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls }, finish_reason: 'tool_calls' }],
+      usage: { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens },
+    },
+  };
+}
+
+type AgentAnswer = Extract<StoredEvent, { type: 'message' | 'command' | 'tool_call' | 'finish' }>;
 
 const agentActions = (events: LoggedEvent[]): Array<{ type: string; data: object }> =>
   events
     .map((e) => e.event)
     .filter(
       (e): e is AgentAnswer =>
-        e.source === 'agent' && (e.type === 'message' || e.type === 'command' || e.type === 'finish'),
+        e.source === 'agent' &&
+        (e.type === 'message' || e.type === 'command' || e.type === 'tool_call' || e.type === 'finish'),
     )
     // The step's item and attempt are the conversation's own (a replay has other ids): the action is the rest.
     .map((e) => {
@@ -67,21 +79,34 @@ const agentActions = (events: LoggedEvent[]): Array<{ type: string; data: object
 describe('the LLM agent', () => {
   it('does a task of several steps (write a file, run it, read the output, finish), then its trajectory replays to the same actions without calling the LLM', async () => {
     const before = llm.requests.length;
+    const script = 'echo "hello from $1" > out.txt\n';
     llm.enqueue(
-      toolCall('write_file', { path: 'hello.sh', content: 'echo "hello from $1" > out.txt\n' }, usage),
-      toolCall('run_command', { command: 'bash hello.sh tether' }, usage),
-      toolCall('read_file', { path: 'out.txt' }, usage),
-      toolCall('finish', { message: 'The script wrote: hello from tether.' }, usage),
+      callReply('call_w', 'write_file', { path: 'hello.sh', content: script, security_risk: 'LOW' }),
+      callReply('call_r', 'run_command', { command: 'bash hello.sh tether', security_risk: 'LOW' }),
+      callReply('call_c', 'read_file', { path: 'out.txt' }),
+      callReply('call_f', 'finish', { message: 'The script wrote: hello from tether.' }),
     );
     const task = 'Write hello.sh that greets its argument into out.txt, run it, and tell me what it wrote.';
     const id = await create({ initial_message: task, instructions: 'Work in small steps.' });
     const events = await untilState(id, 'finished');
     expect(llm.requests.length - before).toBe(4);
 
+    // Only run_command is a shell command; the file tools ran on the workspace, each answered by a tool_result.
     const outputs = events.flatMap((e) => (e.event.type === 'command_output' ? [e.event.data] : []));
-    expect(outputs).toHaveLength(3);
-    expect(outputs.every((o) => o.exit_code === 0)).toBe(true);
-    expect(outputs[2]!.output).toBe('hello from tether\n');
+    expect(outputs).toEqual([
+      expect.objectContaining({ command: 'bash hello.sh tether', exit_code: 0, call_id: 'call_r' }),
+    ]);
+    const calls = events.flatMap((e) => (e.event.type === 'tool_call' ? [e.event.data] : []));
+    expect(calls.map((c) => [c.call_id, c.tool, c.arguments])).toEqual([
+      ['call_w', 'write_file', { path: 'hello.sh', content: script, security_risk: 'LOW' }],
+      ['call_c', 'read_file', { path: 'out.txt' }],
+    ]);
+    const results = events.flatMap((e) => (e.event.type === 'tool_result' ? [e.event.data] : []));
+    expect(results).toEqual([
+      { call_id: 'call_w', tool: 'write_file', output: `Wrote ${script.length} bytes to hello.sh.`, is_error: false },
+      { call_id: 'call_c', tool: 'read_file', output: 'hello from tether\n', is_error: false },
+    ]);
+    expect(agentActions(events).map((a) => a.type)).toEqual(['tool_call', 'command', 'tool_call', 'finish']);
     expect(events.filter((e) => e.event.type === 'agent_usage')).toHaveLength(4);
     // The key authenticated the calls and appears nowhere Tether writes.
     expect(llm.requests.slice(before).every((r) => r.headers.authorization === `Bearer ${KEY}`)).toBe(true);
@@ -96,7 +121,9 @@ describe('the LLM agent', () => {
     const replayed = await untilState(replayId, 'finished');
     expect(agentActions(replayed)).toEqual(agentActions(events));
     expect(llm.requests.length - before).toBe(4);
-    // The replayed commands really ran, in the new conversation's own workspace.
+    const replayedResults = replayed.flatMap((e) => (e.event.type === 'tool_result' ? [e.event.data] : []));
+    expect(replayedResults).toEqual(results);
+    // The replayed calls really ran, in the new conversation's own workspace.
     expect(readFileSync(join(server.dataDir, 'workspaces', replayId, 'out.txt'), 'utf8')).toBe('hello from tether\n');
   }, 60_000);
 

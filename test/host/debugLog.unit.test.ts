@@ -92,7 +92,7 @@ describe('debug logging of a session', () => {
       .map((l) => [l.msg, l.effect, l.cause, l.outcome ?? null]);
     const expected = [
       ['effect started', 'agent step', message.id, null],
-      ['effect finished', 'agent step', message.id, 'command'],
+      ['effect finished', 'agent step', message.id, '1 call(s)'],
       ['effect started', 'command', command.id, null],
       ['effect finished', 'command', command.id, 'exit code 0'],
       ['effect started', 'agent step', output.id, null],

@@ -12,4 +12,5 @@ export const MACHINE_VERSION_HASHES: Readonly<Record<number, string>> = {
   7: 'b0df0959b6446e6aeb60b36280849e9f01212c3fb352a441655f9a30b4edd74b',
   8: 'a08758ff993cc6694790b6b2f3330ff2fb960d2c68d05f0a3b0da5ecad248307',
   9: '0a20f245eb440e83737de006cebd6e75e3ed0b7df9e7f3834403e4803bdd4e65',
+  10: '41cd1cb44fbdfad93ecf6450aca645171be8f925b5d707ed6965bdf87f37095d',
 };

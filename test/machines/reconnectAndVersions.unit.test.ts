@@ -52,7 +52,7 @@ describe('reconnecting a lost runtime', () => {
       { type: 'runtime.connected', eventId: 1 },
       lost,
       { type: 'user.message', eventId: 3 },
-      { type: 'agent.run', eventId: 4, cause: 3, command: 'rm -rf build', risky: true },
+      { type: 'agent.run', eventId: 4, cause: 3, command: 'rm -rf build', needsConfirmation: true },
     ]);
     expect(agentStateOf(waiting)).toBe('awaiting_user_confirmation');
     const confirmed = run(
@@ -112,7 +112,7 @@ describe('a log written under machine version 3', () => {
   const stoppedThenRun: SessionEvent[] = [
     { type: 'runtime.connected', eventId: 1 },
     { type: 'user.message', eventId: 2 },
-    { type: 'agent.run', eventId: 3, cause: 2, command: 'sleep 9', risky: false },
+    { type: 'agent.run', eventId: 3, cause: 2, command: 'sleep 9', needsConfirmation: false },
     { type: 'user.change_state', eventId: 4, state: 'stopped' },
     { type: 'user.run', eventId: 5, command: 'echo p2' },
   ];

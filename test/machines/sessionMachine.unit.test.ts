@@ -90,9 +90,12 @@ describe('session machine as pure functions', () => {
 
   it('runs an agent command, then asks the agent again with the observation', () => {
     const running = run([connected, { type: 'user.message', eventId: 2 }]);
-    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false }], running);
+    const executing = run(
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', needsConfirmation: false }],
+      running,
+    );
     expect(effectsOf(executing)).toEqual([{ type: 'run_command', cause: 3, command: 'ls' }]);
-    expect(executing.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'ls' });
+    expect(executing.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'ls', step: 2 });
     const after = run([{ type: 'command.finished', eventId: 4, cause: 3 }], executing);
     expect(agentStateOf(after)).toBe('running');
     expect(effectsOf(after)).toEqual([{ type: 'ask_agent', cause: 4, attempt: 1 }]);
@@ -155,7 +158,15 @@ describe('session machine as pure functions', () => {
     let id = 3;
     for (let i = 0; i < 2; i++) {
       snapshot = run(
-        [{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }],
+        [
+          {
+            type: 'agent.run',
+            eventId: id,
+            cause: snapshot.context.stepCause ?? -1,
+            command: 'true',
+            needsConfirmation: false,
+          },
+        ],
         snapshot,
       );
       snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
@@ -163,7 +174,15 @@ describe('session machine as pure functions', () => {
     }
     expect(snapshot.context.iterations).toBe(3);
     snapshot = run(
-      [{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause ?? -1, command: 'true', risky: false }],
+      [
+        {
+          type: 'agent.run',
+          eventId: id,
+          cause: snapshot.context.stepCause ?? -1,
+          command: 'true',
+          needsConfirmation: false,
+        },
+      ],
       snapshot,
     );
     snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
@@ -218,7 +237,10 @@ describe('session machine: the rest of the lifecycle', () => {
   });
 
   it("finishes a command only with its own output while executing; an older one's is recorded and changes nothing", () => {
-    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false }], thinking());
+    const executing = run(
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', needsConfirmation: false }],
+      thinking(),
+    );
     const older = run([{ type: 'command.finished', eventId: 4, cause: 2 }], executing);
     expect(older.value).toEqual(executing.value);
     expect(older.context.pendingCommand).toEqual(executing.context.pendingCommand);
@@ -284,7 +306,10 @@ describe('session machine: the rest of the lifecycle', () => {
   });
 
   it('resumes a paused command without running it again when its output already came', () => {
-    let snapshot = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'make', risky: false }], thinking());
+    let snapshot = run(
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'make', needsConfirmation: false }],
+      thinking(),
+    );
     snapshot = run([{ type: 'user.change_state', eventId: 4, state: 'paused' }], snapshot);
     snapshot = run([{ type: 'command.finished', eventId: 5, cause: 3 }], snapshot);
     expect(snapshot.context.pendingCommand).toBeNull();
@@ -300,7 +325,7 @@ describe('session machine: the rest of the lifecycle', () => {
       [
         connected,
         { type: 'user.message', eventId: 2 },
-        { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true },
+        { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', needsConfirmation: true },
       ],
       start,
     );
@@ -317,7 +342,7 @@ describe('session machine: the rest of the lifecycle', () => {
 
   it('runs a risky command at once when confirmation mode is off', () => {
     const snapshot = run(
-      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true }],
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', needsConfirmation: true }],
       thinking(),
     );
     expect(snapshot.value).toEqual({ active: { running: 'executing' } });
@@ -351,7 +376,10 @@ describe('session machine: the rest of the lifecycle', () => {
       const back = run([{ type: 'session.rehydrate', eventId: 5 }], away);
       expect(agentStateOf(back)).toBe(state);
     }
-    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'sleep 9', risky: false }], thinking());
+    const executing = run(
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'sleep 9', needsConfirmation: false }],
+      thinking(),
+    );
     expect(executing.can({ type: 'session.passivate', eventId: 4, reason: 'idle' })).toBe(false);
   });
 
@@ -383,7 +411,7 @@ describe('session machine: limits', () => {
     snapshot = run(
       [
         { type: 'agent.usage', eventId: 3, cost: 0.6 },
-        { type: 'agent.run', eventId: 4, cause: 2, command: 'ls', risky: false },
+        { type: 'agent.run', eventId: 4, cause: 2, command: 'ls', needsConfirmation: false },
       ],
       snapshot,
     );
@@ -392,7 +420,7 @@ describe('session machine: limits', () => {
     snapshot = run(
       [
         { type: 'agent.usage', eventId: 6, cost: 0.6 },
-        { type: 'agent.run', eventId: 7, cause: 5, command: 'ls', risky: false },
+        { type: 'agent.run', eventId: 7, cause: 5, command: 'ls', needsConfirmation: false },
       ],
       snapshot,
     );
@@ -410,13 +438,29 @@ describe('session machine: limits', () => {
     let snapshot = thinking();
     for (let id = 3; snapshot.context.iterations < 3; id += 2) {
       snapshot = run(
-        [{ type: 'agent.run', eventId: id, cause: snapshot.context.stepCause!, command: 'true', risky: false }],
+        [
+          {
+            type: 'agent.run',
+            eventId: id,
+            cause: snapshot.context.stepCause!,
+            command: 'true',
+            needsConfirmation: false,
+          },
+        ],
         snapshot,
       );
       snapshot = run([{ type: 'command.finished', eventId: id + 1, cause: id }], snapshot);
     }
     snapshot = run(
-      [{ type: 'agent.run', eventId: 20, cause: snapshot.context.stepCause!, command: 'true', risky: false }],
+      [
+        {
+          type: 'agent.run',
+          eventId: 20,
+          cause: snapshot.context.stepCause!,
+          command: 'true',
+          needsConfirmation: false,
+        },
+      ],
       snapshot,
     );
     snapshot = run([{ type: 'command.finished', eventId: 21, cause: 20 }], snapshot);
@@ -538,11 +582,20 @@ describe('session machine: losing the runtime and reconnecting', () => {
 
 describe('session machine: coming back after a crash', () => {
   it('reports a command that was out interrupted and never runs it again', () => {
-    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'make', risky: false }], thinking());
+    const executing = run(
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'make', needsConfirmation: false }],
+      thinking(),
+    );
     expect(effectsOf(executing)).toEqual([{ type: 'run_command', cause: 3, command: 'make' }]);
     const back = run([{ type: 'session.rehydrate', eventId: 4 }], executing);
     expect(back.value).toEqual({ active: { running: 'executing' } });
-    expect(back.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'make', interrupted: true });
+    expect(back.context.pendingCommand).toEqual({
+      eventId: 3,
+      source: 'agent',
+      command: 'make',
+      step: 2,
+      interrupted: true,
+    });
     expect(effectsOf(back)).toEqual([{ type: 'interrupt_command', cause: 3, command: 'make' }]);
     // Even with the runtime lost, the interrupted command is not failed or run.
     const lost = run([{ ...disconnected, eventId: 5 }], back);
@@ -559,13 +612,19 @@ describe('session machine: coming back after a crash', () => {
       [
         connected,
         { type: 'user.message', eventId: 2 },
-        { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', risky: true },
+        { type: 'agent.run', eventId: 3, cause: 2, command: 'rm -rf build', needsConfirmation: true },
       ],
       start,
     );
     const back = run([{ type: 'session.rehydrate', eventId: 4 }], asked);
     expect(agentStateOf(back)).toBe('awaiting_user_confirmation');
-    expect(back.context.pendingCommand).toEqual({ eventId: 3, source: 'agent', command: 'rm -rf build' });
+    expect(back.context.pendingCommand).toEqual({
+      eventId: 3,
+      source: 'agent',
+      command: 'rm -rf build',
+      needsConfirmation: true,
+      step: 2,
+    });
     expect(effectsOf(back)).toEqual([]);
     const confirmed = run([{ type: 'user.change_state', eventId: 5, state: 'user_confirmed' }], back);
     expect(effectsOf(confirmed)).toEqual([{ type: 'run_command', cause: 3, command: 'rm -rf build' }]);
@@ -579,7 +638,7 @@ describe('session machine: running time and busy states', () => {
     // Steps and commands inside running keep the time it started.
     const later = run(
       [
-        { type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false, at: 2_000 },
+        { type: 'agent.run', eventId: 3, cause: 2, command: 'ls', needsConfirmation: false, at: 2_000 },
         { type: 'command.finished', eventId: 4, cause: 3, at: 3_000 },
       ],
       running,
@@ -602,7 +661,10 @@ describe('session machine: running time and busy states', () => {
   it('is busy in loading, running and rate_limited, and only there', () => {
     expect([...BUSY_AGENT_STATES].sort()).toEqual(['loading', 'rate_limited', 'running']);
     const [start] = initialTransition(sessionMachine, input);
-    const executing = run([{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', risky: false }], thinking());
+    const executing = run(
+      [{ type: 'agent.run', eventId: 3, cause: 2, command: 'ls', needsConfirmation: false }],
+      thinking(),
+    );
     const limited = run(
       [{ type: 'agent.rate_limited', eventId: 3, cause: 2, reason: 'slow down', retryAt: 5000 }],
       thinking(),

@@ -164,13 +164,15 @@ describe('the page', () => {
     expect(info.forked_from).toEqual({ conversation_id: parent, seq: first.seq });
   });
 
-  it('shows a risky command waiting for confirmation, with its risk, and runs it once approved', async () => {
+  it("shows a risky command waiting for confirmation, with both ratings (the rules' and the model's), and runs it once approved", async () => {
     await newConversation({ confirmation: true });
     await say('!rm -rf build');
     await expect.poll(() => byTest('agent-state').textContent(), { timeout: UI_MS }).toBe('awaiting_user_confirmation');
     expect(await byTest('confirm').isVisible()).toBe(true);
     expect(await byTest('confirm-command').textContent()).toBe('rm -rf build');
     expect(await byTest('confirm-risk').textContent()).toBe('high risk');
+    // The scripted agent rates its commands LOW: the rules' floor is what holds it.
+    expect(await byTest('confirm-model-risk').textContent()).toBe('model: LOW');
     expect(await leaves()).toEqual(['active.awaiting_user_confirmation']);
     await byTest('approve').click();
     await expect.poll(() => page.locator('.chat .output').count(), { timeout: UI_MS }).toBe(1);

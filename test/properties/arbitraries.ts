@@ -116,7 +116,7 @@ export interface MachineStep {
   pick: number;
   state: AgentState;
   cause: 'step' | 'command' | 'stale' | 'none';
-  risky: boolean;
+  needsConfirmation: boolean;
   deadline: 'start' | 'retry';
   lateBy: number;
   reason: PassivationReason;
@@ -140,7 +140,7 @@ export const machineStep: fc.Arbitrary<MachineStep> = fc.record({
   pick: fc.nat(),
   state: requestedState,
   cause: weighted([8, 'step' as const], [3, 'command' as const], [1, 'stale' as const], [1, 'none' as const]),
-  risky: fc.boolean(),
+  needsConfirmation: fc.boolean(),
   deadline: fc.constantFrom('start' as const, 'retry' as const),
   lateBy: fc.integer({ min: -1, max: 2 }),
   reason: fc.constantFrom(...PassivationReason.options),
@@ -201,7 +201,7 @@ export function machineEventCandidates(
       'agent',
       { type: 'agent.message', eventId, cause },
       { type: 'agent.message', eventId, cause: context.cutStep ?? cause, interrupted: true },
-      { type: 'agent.run', eventId, cause, command: 'make test', risky: step.risky },
+      { type: 'agent.run', eventId, cause, command: 'make test', needsConfirmation: step.needsConfirmation },
       { type: 'agent.finish', eventId, cause },
       { type: 'agent.failed', eventId, cause, reason: 'the agent failed: boom' },
       { type: 'agent.rate_limited', eventId, cause, reason: 'slow down', retryAt: eventId * 1_000 },

@@ -4,6 +4,7 @@ import {
   foldEvents,
   sessionMachine,
   toSessionEvent,
+  type PendingCommand,
   type SessionSnapshot,
 } from '../../machines/index.ts';
 import type { AgentState, StoredEvent } from '../../protocol/index.ts';
@@ -26,7 +27,7 @@ export function expectSame(actual: unknown, expected: unknown, message?: string)
  * state change without its `agent_state_changed` right after it (caused by
  * it, naming the new state, with the error as reason), or such a fact where
  * the state did not change. Only what an interrupt or a stop cut (the step's
- * `interrupted` message, a `cancelled` command output) may come between such
+ * `interrupted` message, a `cancelled` command output or tool result) may come between such
  * a change and its fact: they are one change.
  */
 export class LogChecker {
@@ -74,7 +75,7 @@ export class LogChecker {
     }
     const cutWork =
       (event.type === 'message' && event.data.interrupted === true) ||
-      (event.type === 'command_output' && event.data.cancelled !== undefined);
+      ((event.type === 'command_output' || event.type === 'tool_result') && event.data.cancelled !== undefined);
     if (this.#due && !cutWork)
       this.problems.push(`event ${event.id}: ${event.type} where agent_state_changed ${this.#due.state} was due`);
     const due = cutWork ? this.#due : null;
@@ -177,6 +178,7 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
     stepCause,
     cutStep,
     pendingCommand,
+    queuedCalls,
     lastMessageId,
     runtimeCause,
     runningSince,
@@ -194,7 +196,8 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
       runtimeCause: at(runtimeCause),
       running: runningSince !== null,
       lastMessageId: lastMessageId === null ? null : at(lastMessageId),
-      pendingCommand: pendingCommand && { ...pendingCommand, eventId: at(pendingCommand.eventId) },
+      pendingCommand: pendingCommand && callOutcome(pendingCommand, at),
+      queuedCalls: queuedCalls.map((call) => callOutcome(call, at)),
     },
     conversation: kept.map((e) => ({
       source: e.source,
@@ -204,6 +207,12 @@ export function outcomeOf(snapshot: SessionSnapshot, events: readonly StoredEven
       ...(e.type === 'command_output' && { cause: at(e.cause) }),
     })),
   };
+}
+
+/** A kept call: its step and attempt are the reply's request id and its hostings (like `item_id`), not the conversation's. */
+function callOutcome(call: PendingCommand, at: (id: number | undefined) => number | 'lifecycle' | undefined) {
+  const { step: _step, attempt: _attempt, ...rest } = call;
+  return { ...rest, eventId: at(call.eventId) };
 }
 
 function withoutItem(data: object): object {
