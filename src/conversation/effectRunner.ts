@@ -1,14 +1,12 @@
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import type { DecisionInput, Effect, RepositoryProgress } from '../../machines/index.ts';
 import type { Agent, AgentContext, ListedServers } from '../agent/index.ts';
 import { errorFields, type Logger } from '../logger.ts';
 import type { DeltaFrame, StatusFrame } from '../../protocol/index.ts';
 import type { Runtime, RuntimeProvider } from '../runtime/index.ts';
 import type { DeltaChannel, EventLog, StatusChannel } from '../store/index.ts';
-import { prepareRepository } from './repositoryStart.ts';
-import { callTool, openMcp } from './toolCalls.ts';
-import type { McpConnections, McpHub } from '../mcp/index.ts';
+import { callTool } from './toolCalls.ts';
+import { progress, startRuntime, stopStarted, type StartedRuntime } from './runtimeStart.ts';
+import type { McpHub } from '../mcp/index.ts';
 import { AgentSteps } from './agentSteps.ts';
 import type { DeltaStream } from './deltaStream.ts';
 import { outcomeOf, STATUS } from './effectResults.ts';
@@ -55,21 +53,15 @@ export interface EffectHost {
   toolsListed(): Promise<ListedServers | null>;
 }
 
-/** A workspace's own set-up script, relative to the workspace. */
-const SETUP_SCRIPT = '.tether/setup.sh';
-
 type EffectName = 'agent step' | 'command' | 'tool call' | 'runtime start' | 'runtime stop';
 
-/** A live runtime, the event that asked for it, and the MCP servers started with it. */
-interface LiveRuntime {
-  process: Runtime;
-  cause: number;
-  mcp: McpConnections | null;
-}
+/** A live runtime, the MCP servers started with it, and the event that asked for it. */
+type LiveRuntime = StartedRuntime & { cause: number };
 
 /**
- * Runs the effects a session's state asks for (`effectsOf`): a runtime, an
- * agent step, a command, or the report of a command that cannot run. What the
+ * Runs the effects a session's state asks for (`effectsOf`): a runtime (with
+ * its MCP servers: `runtimeStart.ts`), an agent step, a command, a tool call
+ * (`toolCalls.ts`), or the report of a call that cannot run. What the
  * session does next is never decided here: it keeps only the processes at
  * hand (the live runtime, named by the event that asked for it, a start under
  * way, a death being reported) and an abort signal. Every result goes back to
@@ -126,7 +118,7 @@ export class EffectRunner {
     if (starting) await Promise.race([starting, new Promise((resolve) => setTimeout(resolve, 1_000).unref())]);
     const runtime = this.#runtime;
     this.#runtime = null;
-    if (runtime) await this.#timed('runtime stop', why, () => stopLive(runtime));
+    if (runtime) await this.#timed('runtime stop', why, () => stopStarted(runtime));
   }
 
   #dispatch(effect: Exclude<Effect, { type: 'wake_at' }>, signal: AbortSignal): Promise<unknown> {
@@ -223,7 +215,7 @@ export class EffectRunner {
     const old = this.#runtime;
     this.#runtime = null;
     const done = (async () => {
-      if (old) await this.#timed('runtime stop', cause, () => stopLive(old));
+      if (old) await this.#timed('runtime stop', cause, () => stopStarted(old));
       return this.#timed('runtime start', cause, () => this.#startRuntime(cause));
     })().finally(() => {
       if (this.#starting?.done === done) this.#starting = null;
@@ -233,64 +225,14 @@ export class EffectRunner {
   }
 
   async #startRuntime(cause: number): Promise<Runtime | null> {
-    await this.#progress('starting');
-    const runtime = this.#deps.runtimes.create(this.#host.conversationId, { env: this.#deps.secrets });
-    let mcp: McpConnections | null = null;
-    try {
-      await this.#progress('connecting');
-      await runtime.start();
-      if (this.#abort.signal.aborted) throw new Error('the session is closing');
-      await this.#progress('setting_up');
-      const repository = { host: this.#host, deps: this.#deps, signal: this.#abort.signal };
-      if (!(await prepareRepository(repository, runtime.workspace, (frame) => this.#status(frame)))) {
-        await runtime.stop();
-        return null;
-      }
-      await this.#setUpWorkspace(runtime);
-      if (!runtime.alive) throw new Error('the runtime exited while it was being set up');
-      mcp = await openMcp(this.#host, this.#deps, runtime.workspace, this.#abort.signal, (f) => this.#status(f));
-      this.#mcpListed = true;
-    } catch (err) {
-      await mcp?.close();
-      await runtime.stop();
-      if (this.#abort.signal.aborted) return null;
-      this.#status(STATUS.failed);
-      await this.#host.decide({
-        type: 'runtime_lost',
-        message: `the runtime failed to start: ${errorFields(err).error}`,
-      });
-      return null;
-    }
-    if (this.#abort.signal.aborted) {
-      await stopLive({ process: runtime, cause, mcp });
-      return null;
-    }
-    this.#runtime = { process: runtime, cause, mcp };
-    runtime.onExit((exit) => void this.#runtimeDied(runtime, exit.code, exit.signal));
-    await this.#progress('connected');
-    return runtime;
-  }
-
-  /**
-   * Runs the workspace's own set-up script, `.tether/setup.sh`, when there is
-   * one, each time a runtime starts there (so also after a reconnect). A
-   * failing script fails the start, with its exit code and the end of its output.
-   */
-  async #setUpWorkspace(runtime: Runtime): Promise<void> {
-    if (!existsSync(join(runtime.workspace, SETUP_SCRIPT))) return;
-    const result = await runtime.run(`bash ${SETUP_SCRIPT}`, {
-      timeoutMs: this.#deps.commandTimeoutMs,
-      signal: this.#abort.signal,
-    });
-    if (result.exit_code === 0) return;
-    const how = result.timed_out ? 'timed out' : `exit ${result.exit_code}`;
-    throw new Error(`the workspace set-up script ${SETUP_SCRIPT} failed (${how}): ${result.output.slice(-500)}`);
-  }
-
-  /** One step of a runtime's start: a stored status and a transient status frame. */
-  async #progress(status: 'starting' | 'connecting' | 'setting_up' | 'connected'): Promise<void> {
-    await this.#host.decide({ type: 'runtime_progress', status });
-    this.#status(STATUS[status]);
+    const status = (frame: Omit<StatusFrame, 'type'>) => this.#status(frame);
+    const started = await startRuntime({ host: this.#host, deps: this.#deps, signal: this.#abort.signal, status });
+    if (!started) return null;
+    this.#mcpListed = true;
+    this.#runtime = { ...started, cause };
+    started.process.onExit((exit) => void this.#runtimeDied(started.process, exit.code, exit.signal));
+    await progress({ host: this.#host, status }, 'connected');
+    return started.process;
   }
 
   /** Records a runtime's death once: status frame, then `runtime_status disconnected` (the machine goes to error). */
@@ -382,9 +324,4 @@ export class EffectRunner {
     await this.#host.decide({ type: 'tool_finished', cause, callId, tool, output, isError });
     return isError ? 'error' : 'done';
   }
-}
-
-/** Stops a runtime and the MCP servers started with it. */
-async function stopLive(live: LiveRuntime): Promise<void> {
-  await Promise.all([live.mcp?.close(), live.process.stop()]);
 }
