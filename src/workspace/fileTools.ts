@@ -1,6 +1,7 @@
 import { constants } from 'node:fs';
 import { mkdir, open, readlink, realpath, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve, sep } from 'node:path';
+import { cutAtCharacter } from './instructions.ts';
 
 /** What a file tool tells the model: its output, and whether the call failed. */
 export interface FileToolResult {
@@ -231,17 +232,4 @@ function cutAtCodeUnit(text: string, max: number): string {
   if (text.length <= max) return text;
   const last = text.charCodeAt(max - 1);
   return text.slice(0, last >= 0xd800 && last <= 0xdbff ? max - 1 : max);
-}
-
-/** The longest prefix that does not end inside a UTF-8 character. */
-function cutAtCharacter(bytes: Buffer): Buffer {
-  if (bytes.length === 0) return bytes;
-  let end = bytes.length;
-  // Step back over continuation bytes (10xxxxxx) to the start of the last character, and drop it if incomplete.
-  let start = end - 1;
-  while (start > 0 && (bytes[start]! & 0xc0) === 0x80) start--;
-  const lead = bytes[start]!;
-  const length = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
-  if (start + length > end) end = start;
-  return bytes.subarray(0, end);
 }

@@ -52,8 +52,8 @@ async function readCapped(root: string, path: string): Promise<InstructionsFile 
   }
 }
 
-/** The longest prefix that does not end inside a UTF-8 character. */
-function cutAtCharacter(bytes: Buffer): Buffer {
+/** The longest prefix that does not end inside a UTF-8 character (also `read_file`'s cut). */
+export function cutAtCharacter(bytes: Buffer): Buffer {
   let end = bytes.length;
   // Step back over continuation bytes (10xxxxxx) to the start of the last character, and drop it if incomplete.
   let start = end - 1;
