@@ -2,7 +2,7 @@ import { DEFAULT_RATE_LIMIT_RETRIES } from '../machines/index.ts';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
-import { parseSecretsKey } from './store/index.ts';
+import { parseSecretsKey, type NatsAuth } from './store/index.ts';
 import { DEFAULT_MAX_ATTEMPTS, type SessionLimits } from './host/index.ts';
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES } from './tether.ts';
 import { McpServersSetting, type McpServers } from './mcp/index.ts';
@@ -16,6 +16,14 @@ export const ConfigSchema = z.object({
   TETHER_PORT: port.default(3000),
   TETHER_DATA_DIR: z.string().min(1).default('./.tether'),
   NATS_URL: z.string().min(1).optional(),
+  NATS_CREDS: z.string().min(1).optional(),
+  NATS_NKEY: z.string().min(1).optional(),
+  NATS_USER: z.string().min(1).optional(),
+  NATS_PASSWORD: z.string().min(1).optional(),
+  NATS_TOKEN: z.string().min(1).optional(),
+  NATS_CA: z.string().min(1).optional(),
+  NATS_CERT: z.string().min(1).optional(),
+  NATS_KEY: z.string().min(1).optional(),
   TETHER_NODE_ID: z
     .string()
     .regex(/^[A-Za-z0-9_.-]{1,64}$/, 'use 1-64 letters, digits, dots, dashes or underscores')
@@ -110,6 +118,8 @@ export interface Config {
   cloneTimeoutMs: number;
   /** `file:` repository URLs are accepted even with tokens (users other than the operator). */
   repoFileUrls: boolean;
+  /** How this process proves who it is to NATS (credentials beyond the URL, TLS files). */
+  natsAuth: NatsAuth;
   /** The MCP servers each conversation runs on its owner, how many may run on the node, and a call's timeout. */
   mcp: { servers: McpServers; maxLive: number; callTimeoutMs: number };
   /** A call the model did not rate (UNKNOWN) waits in confirmation mode. */
@@ -157,6 +167,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     port: c.TETHER_PORT,
     dataDir: resolve(c.TETHER_DATA_DIR),
     natsUrl: c.NATS_URL,
+    natsAuth: natsAuthOf(c),
     nodeId: c.TETHER_NODE_ID,
     leaseMs: c.TETHER_LEASE_MS,
     replicas: c.TETHER_REPLICAS,
@@ -217,6 +228,25 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       checkpointEvery: c.TETHER_CHECKPOINT_EVERY,
       rehydrateConcurrency: c.TETHER_REHYDRATE_CONCURRENCY,
     },
+  };
+}
+
+/** NATS credentials from their variables: one kind at most, a password only with a user, a certificate with its key. */
+function natsAuthOf(c: z.infer<typeof ConfigSchema>): NatsAuth {
+  const kinds = (['NATS_CREDS', 'NATS_NKEY', 'NATS_USER', 'NATS_TOKEN'] as const).filter((k) => c[k] !== undefined);
+  const problems: string[] = [];
+  if (kinds.length > 1) problems.push(`${kinds.join(', ')}: set one kind of NATS credential, not ${kinds.length}`);
+  if (c.NATS_PASSWORD !== undefined && c.NATS_USER === undefined) problems.push('NATS_PASSWORD: set NATS_USER with it');
+  if ((c.NATS_CERT === undefined) !== (c.NATS_KEY === undefined))
+    problems.push('NATS_CERT, NATS_KEY: set both or neither');
+  if (problems.length > 0) throw new ConfigError(`invalid configuration:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  const tls = { caFile: c.NATS_CA, certFile: c.NATS_CERT, keyFile: c.NATS_KEY };
+  return {
+    ...(c.NATS_CREDS !== undefined && { credsFile: c.NATS_CREDS }),
+    ...(c.NATS_NKEY !== undefined && { nkeyFile: c.NATS_NKEY }),
+    ...(c.NATS_USER !== undefined && { user: c.NATS_USER, password: c.NATS_PASSWORD }),
+    ...(c.NATS_TOKEN !== undefined && { token: c.NATS_TOKEN }),
+    ...(Object.values(tls).some((v) => v !== undefined) && { tls }),
   };
 }
 

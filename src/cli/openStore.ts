@@ -75,7 +75,7 @@ export async function openEventLog(config: Config, options: OpenEventLogOptions)
   const stopEmbedded = () => embedded?.stop() ?? Promise.resolve();
   let nc: NatsConnection;
   try {
-    nc = await connectNats(url, { name: options.name });
+    nc = await connectNats(url, { name: options.name, auth: config.natsAuth });
   } catch (err) {
     await stopEmbedded();
     throw err;

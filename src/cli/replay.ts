@@ -3,7 +3,7 @@ import type { StateValue } from 'xstate';
 import { agentStateOf, statePaths, traceLog, type TraceStep } from '../../machines/index.ts';
 import { loadConfig } from '../config.ts';
 import { ConversationId, type LoggedEvent } from '../../protocol/index.ts';
-import type { EventLog } from '../store/index.ts';
+import { withoutPassword, type EventLog } from '../store/index.ts';
 import { openEventLog, type StoreOrigin } from './openStore.ts';
 import { processIO, type CliIO } from './io.ts';
 
@@ -173,7 +173,7 @@ export async function replay(
     const config = loadConfig(env);
     const natsLog = (line: string) => io.stderr(`nats-server: ${line}\n`);
     const opened = await openEventLog(config, { name: 'tether-replay', log: natsLog, path: env.PATH });
-    store = { url: opened.url, origin: opened.origin };
+    store = { url: withoutPassword(opened.url), origin: opened.origin };
     try {
       logged = await readAll(opened.log, args.conversationId);
     } finally {

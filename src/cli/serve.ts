@@ -10,7 +10,7 @@ import { llmAgent, scriptedAgent } from '../agent/index.ts';
 import { loadConfig, type Config } from '../config.ts';
 import { errorFields, jsonLogger, type Logger } from '../logger.ts';
 import { localRuntimeProvider, probeBwrap, type SandboxOptions } from '../runtime/index.ts';
-import { authenticator, pageAssets, startingServer } from '../server/index.ts';
+import { allowedHosts, authenticator, pageAssets, startingServer } from '../server/index.ts';
 import {
   connectNats,
   jetStreamStores,
@@ -21,6 +21,7 @@ import {
   passesWithTime,
   StoreSettingsError,
   watchConnection,
+  withoutPassword,
   type NatsConnection,
 } from '../store/index.ts';
 import { createTether, type Tether } from '../tether.ts';
@@ -56,8 +57,8 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     const url = nats.url;
     const nodeId = config.nodeId ?? (await keptNodeId(config.dataDir));
     // Named by node, so that `nats server report connections` and /connz tell the nodes apart.
-    nc = await connectNats(url, { name: `tether ${nodeId}` }).catch((err: unknown) => {
-      throw new Error(`cannot reach NATS at ${url}: ${errorFields(err).error}`, { cause: err });
+    nc = await connectNats(url, { name: `tether ${nodeId}`, auth: config.natsAuth }).catch((err: unknown) => {
+      throw new Error(`cannot reach NATS at ${withoutPassword(url)}: ${errorFields(err).error}`, { cause: err });
     });
     const connection = nc;
     undo.unshift(() => connection.close());
@@ -119,6 +120,12 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         page: pageAssets(),
         // The operator alone (no tokens) may clone from this machine's folders.
         fileRepositories: config.repoFileUrls || (config.tokens.size === 0 && config.jwtSecret === undefined),
+        // Without tokens anyone who reaches the port acts as `local`: only under this machine's names, so that
+        // another site's name resolving here (DNS rebinding) cannot. With tokens the Host is not checked.
+        allowedHosts:
+          config.tokens.size === 0 && config.jwtSecret === undefined
+            ? allowedHosts(config.host, config.publicUrl)
+            : undefined,
       },
     });
     await tether.start();

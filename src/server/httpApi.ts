@@ -17,6 +17,7 @@ import { BadSeqError } from '../errors.ts';
 import type { HostPorts } from './server.ts';
 import type { Authenticate } from './auth.ts';
 import { BadRequestError, toPublicError } from './errorMapping.ts';
+import { allowsHost, foreignHostMessage } from './hostCheck.ts';
 import { foreignOrigin } from './origin.ts';
 import { PAGE_CSP, type PageAsset } from './pageAssets.ts';
 
@@ -36,6 +37,8 @@ export interface HttpApiOptions extends Omit<HostPorts, 'feed'> {
    * (TETHER_REPO_FILE_URLS). Default: refused.
    */
   fileRepositories?: boolean;
+  /** Names a request's `Host` must have (besides loopback ones, see `allowsHost`); absent: any. */
+  allowedHosts?: readonly string[];
 }
 
 interface Ctx {
@@ -171,9 +174,13 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
     ],
   ];
 
+  const hostAllowed = options.allowedHosts && allowsHost(options.allowedHosts);
   return (req, res) => {
     const url = new URL(req.url ?? '/', 'http://localhost');
     void (async () => {
+      // Another site's name resolving here (DNS rebinding) reads and changes nothing, whatever the method.
+      if (hostAllowed && !PROBE_PATHS.has(url.pathname) && !hostAllowed(req.headers.host))
+        throw new BadRequestError('FOREIGN_HOST', foreignHostMessage(req.headers.host), 403);
       const matches = routes.filter(([, pattern]) => pattern.test(url.pathname));
       const route = matches.find(([method]) => method === req.method);
       if (!route) {
@@ -203,6 +210,10 @@ export function httpApi(options: HttpApiOptions): (req: IncomingMessage, res: Se
     );
   };
 }
+
+// Probes come from load balancers, orchestrators and scrapers under any name (`tether-1:3000`); they hold no
+// conversation data and change nothing, so they answer whatever the Host.
+const PROBE_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
 
 // /metrics holds counts only (no id, user or content): a scraper needs no token. The page's
 // files hold no data (it asks for a token itself).

@@ -40,6 +40,13 @@ export interface TetherServerOptions extends HostPorts {
   http?: Server;
   /** `file:` repository URLs are cloned (see `HttpApiOptions`); default: only without `authenticate` (one user). */
   fileRepositories?: boolean;
+  /**
+   * Names a request's or handshake's `Host` must have, besides loopback ones
+   * (`allowedHosts()` builds them), for a server without tokens: another site's
+   * name that resolves here (DNS rebinding) is refused with 403 `FOREIGN_HOST`.
+   * `/healthz`, `/readyz` and `/metrics` answer any Host. Absent: any Host.
+   */
+  allowedHosts?: readonly string[];
 }
 
 export interface TetherServer {

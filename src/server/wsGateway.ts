@@ -6,6 +6,7 @@ import { ConversationId } from '../../protocol/index.ts';
 import { ConversationNotFoundError } from '../errors.ts';
 import type { HostPorts } from './server.ts';
 import { foreignOrigin } from './origin.ts';
+import { allowsHost, foreignHostMessage } from './hostCheck.ts';
 import type { Authenticate } from './auth.ts';
 import { ClientConnection, CLOSE } from './clientConnection.ts';
 
@@ -29,6 +30,8 @@ export interface WsGatewayOptions extends HostPorts {
   pingIntervalMs?: number;
   /** After the server closes a connection, how long it waits for the peer's close frame before it drops the socket. */
   closeTimeoutMs?: number;
+  /** Names a handshake's `Host` must have (besides loopback ones, see `allowsHost`); absent: any. */
+  allowedHosts?: readonly string[];
 }
 
 /**
@@ -39,9 +42,11 @@ export interface WsGatewayOptions extends HostPorts {
 export class WsGateway {
   readonly #wss: WebSocketServer;
   readonly #options: WsGatewayOptions;
+  readonly #hostAllowed: ((host: string | undefined) => boolean) | undefined;
 
   constructor(options: WsGatewayOptions) {
     this.#options = options;
+    this.#hostAllowed = options.allowedHosts && allowsHost(options.allowedHosts);
     // ws 8.23 takes `closeTimeout`; @types/ws 8.18 does not list it yet.
     const serverOptions: ServerOptions & { closeTimeout: number } = {
       noServer: true,
@@ -75,6 +80,14 @@ export class WsGateway {
   }
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    if (this.#hostAllowed && !this.#hostAllowed(req.headers.host)) {
+      const body = JSON.stringify({ error: { code: 'FOREIGN_HOST', message: foreignHostMessage(req.headers.host) } });
+      socket.end(
+        'HTTP/1.1 403 Forbidden\r\nContent-Type: application/json; charset=utf-8\r\n' +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+      return;
+    }
     const url = new URL(req.url ?? '/', 'http://localhost');
     if (url.pathname !== '/ws') {
       socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n');

@@ -38,6 +38,8 @@ export { openBucket, reconcileStream, type BucketOptions, type Replication } fro
 export { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
 export {
   connectNats,
+  withoutPassword,
+  type NatsAuth,
   natsAnswers,
   watchConnection,
   ensureEventStream,

@@ -1,4 +1,12 @@
-import { connect, nanos, type NatsConnection } from '@nats-io/transport-node';
+import { readFileSync } from 'node:fs';
+import {
+  connect,
+  credsAuthenticator,
+  nanos,
+  nkeyAuthenticator,
+  type ConnectionOptions,
+  type NatsConnection,
+} from '@nats-io/transport-node';
 import {
   DiscardPolicy,
   JetStreamApiCodes,
@@ -25,6 +33,66 @@ export interface ConnectNatsOptions {
    * a wrong NATS_URL is reported at start instead of hanging).
    */
   waitOnFirstConnect?: boolean;
+  /** How to prove who we are, beyond what the URL holds (NATS_CREDS, NATS_NKEY, ...). */
+  auth?: NatsAuth;
+}
+
+/**
+ * NATS credentials, by the NATS command line's names. At most one of `credsFile`,
+ * `nkeyFile`, `user` (with `password`) and `token`; a user and password in the URL
+ * work too. TLS is used when any of `ca`, `cert`, `key` is set, or the URL is `tls://`.
+ */
+export interface NatsAuth {
+  /** NATS_CREDS: a credentials file (a user JWT and its nkey seed). */
+  credsFile?: string;
+  /** NATS_NKEY: a file holding an nkey seed. */
+  nkeyFile?: string;
+  /** NATS_USER and NATS_PASSWORD. */
+  user?: string;
+  password?: string;
+  /** NATS_TOKEN. */
+  token?: string;
+  /** NATS_CA, NATS_CERT, NATS_KEY: files. */
+  tls?: { caFile?: string; certFile?: string; keyFile?: string };
+}
+
+/** The variable that holds the credential in use, for messages (never its value). */
+function credentialName(url: string, auth: NatsAuth | undefined): string {
+  if (auth?.credsFile !== undefined) return 'NATS_CREDS';
+  if (auth?.nkeyFile !== undefined) return 'NATS_NKEY';
+  if (auth?.user !== undefined) return 'NATS_USER/NATS_PASSWORD';
+  if (auth?.token !== undefined) return 'NATS_TOKEN';
+  return /\/\/[^/@]*@/.test(url)
+    ? 'the user and password in NATS_URL'
+    : 'no credential (NATS_CREDS, NATS_NKEY, NATS_USER, NATS_TOKEN)';
+}
+
+/** The connection options `auth` asks for; a file that cannot be read names its variable (not its content). */
+function authOptions(auth: NatsAuth | undefined): Partial<ConnectionOptions> {
+  if (!auth) return {};
+  const read = (variable: string, file: string): Uint8Array => {
+    try {
+      return readFileSync(file);
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      throw new StoreUnavailableError(`${variable} names a file that cannot be read (${String(code ?? err)})`);
+    }
+  };
+  const tls = auth.tls && Object.values(auth.tls).some((v) => v !== undefined) ? { tls: auth.tls } : {};
+  if (auth.credsFile !== undefined)
+    return { ...tls, authenticator: credsAuthenticator(read('NATS_CREDS', auth.credsFile)) };
+  if (auth.nkeyFile !== undefined) {
+    const seed = new TextEncoder().encode(new TextDecoder().decode(read('NATS_NKEY', auth.nkeyFile)).trim());
+    return { ...tls, authenticator: nkeyAuthenticator(seed) };
+  }
+  if (auth.user !== undefined) return { ...tls, user: auth.user, pass: auth.password ?? '' };
+  if (auth.token !== undefined) return { ...tls, token: auth.token };
+  return tls;
+}
+
+/** A NATS URL (or a list of them) without its passwords: what may be shown. */
+export function withoutPassword(url: string): string {
+  return url.replace(/(\/\/[^/:@]*):[^/@]*@/g, '$1:***@');
 }
 
 /**
@@ -35,10 +103,16 @@ export interface ConnectNatsOptions {
  * and surface as StoreUnavailableError.
  */
 export async function connectNats(url: string, options: ConnectNatsOptions): Promise<NatsConnection> {
-  const servers = serverUrls(url);
-  if (servers.length === 0) throw new StoreUnavailableError(`cannot connect to NATS at "${url}": no server URL in it`);
+  const shown = withoutPassword(url);
+  const { servers, user } = withoutUserInfo(serverUrls(url));
+  if (servers.length === 0)
+    throw new StoreUnavailableError(`cannot connect to NATS at "${shown}": no server URL in it`);
+  // nats.js does not read a user and password from its server URLs: they are given as options.
+  const fromUrl = user && options.auth?.user === undefined ? { user: user.name, pass: user.password } : {};
+  const auth = { ...fromUrl, ...authOptions(options.auth) };
   try {
     return await connect({
+      ...auth,
       // nats.js takes one string as one URL: a list must come as an array.
       servers,
       name: options.name,
@@ -50,9 +124,34 @@ export async function connectNats(url: string, options: ConnectNatsOptions): Pro
       noAsyncTraces: true,
     });
   } catch (err) {
-    const reason = err instanceof Error ? err.message : String(err);
-    throw new StoreUnavailableError(`cannot connect to NATS at ${url}: ${reason}`, { cause: err });
+    // nats.js may quote the URL it tried: its password never goes further.
+    const reason = hide(err instanceof Error ? err.message : String(err), options.auth, url);
+    const refused = /authoriz|authenticat|permission|credential|nkey|jwt/i.test(reason);
+    const which = refused ? ` (NATS refused ${credentialName(url, options.auth)})` : '';
+    throw new StoreUnavailableError(`cannot connect to NATS at ${shown}${which}: ${reason}`);
   }
+}
+
+/** `text` with every credential value of `auth` and `url` replaced. */
+function hide(text: string, auth: NatsAuth | undefined, url: string): string {
+  const fromUrl = [...url.matchAll(/\/\/[^/:@]*:([^/@]*)@/g)].map((m) => m[1]!);
+  const values = [auth?.password, auth?.token, ...fromUrl].filter((v): v is string => v !== undefined && v.length > 0);
+  return values.reduce((out, value) => out.split(value).join('***'), withoutPassword(text));
+}
+
+/** The URLs without their user info, and the first user and password found in them. */
+function withoutUserInfo(urls: string[]): { servers: string[]; user?: { name: string; password: string } } {
+  let user: { name: string; password: string } | undefined;
+  const servers = urls.map((text) => {
+    const found = /^([a-z]+:\/\/)([^/@]*)@(.*)$/i.exec(text);
+    if (!found) return text;
+    const [, scheme, info, rest] = found as unknown as [string, string, string, string];
+    const at = info.indexOf(':');
+    const name = decodeURIComponent(at < 0 ? info : info.slice(0, at));
+    user ??= { name, password: at < 0 ? '' : decodeURIComponent(info.slice(at + 1)) };
+    return `${scheme}${rest}`;
+  });
+  return { servers, ...(user && { user }) };
 }
 
 /** The URLs of a comma-separated list, trimmed, without empty entries. */

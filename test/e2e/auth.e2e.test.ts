@@ -1,3 +1,4 @@
+import { request } from 'node:http';
 import { SignJWT } from 'jose';
 import { WebSocket } from 'ws';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -169,6 +170,30 @@ describe('auth', () => {
       body: '{"action":{"type":"message","content":"from the page"}}',
     });
     expect(own.status).toBe(202);
+  });
+
+  it('does not check the Host with tokens: another name is served with a token and refused without one', async () => {
+    const id = await create(ALICE);
+    const host = `evil.example:${server.port}`;
+    const get = (headers: Record<string, string>) =>
+      new Promise<number>((resolve, reject) => {
+        const req = request(`${server.baseUrl}/api/conversations`, { headers: { host, ...headers } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', reject).end();
+      });
+    expect([await get({ authorization: `Bearer ${ALICE}` }), await get({})]).toEqual([200, 401]);
+    const handshake = await new Promise<number>((resolve) => {
+      const socket = new WebSocket(`${wsUrlFor(server.wsUrl, id)}&token=${ALICE}`, { headers: { host } });
+      socket.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+      socket.on('upgrade', (res) => {
+        socket.terminate();
+        resolve(res.statusCode ?? 0);
+      });
+      socket.on('error', () => resolve(-1));
+    });
+    expect(handshake).toBe(101);
   });
 
   it('serves the page without a token, with a CSP of its own origin, and nothing else under /page/', async () => {

@@ -68,6 +68,27 @@ describe('tether serve that cannot start', () => {
     }
   });
 
+  it('stops when NATS refuses its password, naming the variable and the reason, never the password', async () => {
+    const natsPort = await freePort();
+    const password = 'pw-DO-NOT-LEAK-0c7d';
+    const args = ['-a', '127.0.0.1', '-p', String(natsPort), '--user', 'tether', '--pass', password];
+    const guarded = spawn(natsBinary(), args, { stdio: 'ignore' });
+    try {
+      await waitForPort(natsPort);
+      const url = `nats://127.0.0.1:${natsPort}`;
+      const wrong = { TETHER_PORT: '0', NATS_URL: url, NATS_USER: 'tether', NATS_PASSWORD: `${password}-x` };
+      const { code, stderr } = await serveUntilExit(wrong);
+      expect(code).toBe(1);
+      expect(stderr).toMatch(/NATS refused NATS_USER\/NATS_PASSWORD\): Authorization Violation/);
+      const inUrl = await serveUntilExit({ TETHER_PORT: '0', NATS_URL: url.replace('//', `//tether:${password}-x@`) });
+      expect(inUrl.code).toBe(1);
+      expect(inUrl.stderr).toContain(`nats://tether:***@127.0.0.1:${natsPort}`);
+      expect(stderr + inUrl.stderr).not.toContain(password);
+    } finally {
+      guarded.kill('SIGKILL');
+    }
+  });
+
   it('names the port and the variable when its port is taken, and exits 1 before starting nats-server', async () => {
     const holder: Server = createServer();
     await new Promise<void>((done) => holder.listen(0, '127.0.0.1', done));
