@@ -100,7 +100,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
         leaseMs: config.leaseMs,
         store: opened.cluster,
         url: config.publicUrl ?? urlOf(address, 'http'),
-        bus: natsClusterBus(nc),
+        bus: natsClusterBus(nc, nodeId),
       },
       agent: agentOf(config, logger),
       mcp: new McpHub({ ...config.mcp, heartbeatMs: config.leaseMs / 2, logger }),

@@ -1,7 +1,18 @@
-import { errors, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import { errors, headers, type NatsConnection, type Subscription } from '@nats-io/transport-node';
 import { TetherError } from '../errors.ts';
 
 export const DEFAULT_NODE_SUBJECT_PREFIX = 'tether.node';
+
+/** The header that names the node a request comes from. */
+export const FROM_NODE_HEADER = 'Tether-From-Node';
+
+/** The answer to a request that names no node: only Tether nodes forward actions and reads. */
+export const NOT_A_NODE = {
+  error: {
+    code: 'NOT_A_NODE',
+    message: 'requests on tether.node.* come from Tether nodes only (no node named itself)',
+  },
+};
 
 /** Nobody answered a node's requests in time: it is gone, frozen or unreachable. */
 export class NodeUnreachableError extends TetherError {
@@ -18,14 +29,24 @@ export interface ClusterBus {
   request(nodeId: string, body: unknown, timeoutMs: number): Promise<unknown>;
 }
 
-/** Core NATS request/reply on `<prefix>.<nodeId as base64url>`. */
-export function natsClusterBus(nc: NatsConnection, prefix = DEFAULT_NODE_SUBJECT_PREFIX): ClusterBus {
+/**
+ * Core NATS request/reply on `<prefix>.<nodeId as base64url>`. Each request
+ * names the node it comes from (`Tether-From-Node`: `self`); one that names
+ * none is answered NOT_A_NODE without reaching the handler. Who may publish
+ * there at all is NATS's to say: with deploy/nats/tether.conf, the `tether`
+ * user only (docs/security.md, "NATS users").
+ */
+export function natsClusterBus(nc: NatsConnection, self: string, prefix = DEFAULT_NODE_SUBJECT_PREFIX): ClusterBus {
   const subject = (nodeId: string) => `${prefix}.${Buffer.from(nodeId).toString('base64url')}`;
   return {
     serve(nodeId, handler) {
       const sub: Subscription = nc.subscribe(subject(nodeId), {
         callback: (err, msg) => {
           if (err) return;
+          if (!msg.headers?.get(FROM_NODE_HEADER)) {
+            msg.respond(JSON.stringify(NOT_A_NODE));
+            return;
+          }
           void (async () => {
             let answer: unknown;
             try {
@@ -44,7 +65,9 @@ export function natsClusterBus(nc: NatsConnection, prefix = DEFAULT_NODE_SUBJECT
     },
     async request(nodeId, body, timeoutMs) {
       try {
-        const msg = await nc.request(subject(nodeId), JSON.stringify(body), { timeout: timeoutMs });
+        const from = headers();
+        from.set(FROM_NODE_HEADER, self);
+        const msg = await nc.request(subject(nodeId), JSON.stringify(body), { timeout: timeoutMs, headers: from });
         return msg.json();
       } catch (err) {
         if (err instanceof errors.NoRespondersError)
