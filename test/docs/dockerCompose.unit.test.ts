@@ -1,6 +1,8 @@
-// docker-compose.yml and deploy/nginx.conf, read as Docker Compose and nginx read them
-// (no Docker engine here): the cluster they describe is wired the way docs/cluster.md says.
+// docker-compose.yml, deploy/nginx.conf and deploy/nats/, read as Docker Compose, nginx and
+// nats-server read them (no Docker engine here): the cluster they describe is wired the way
+// docs/cluster.md says.
 import { readFileSync } from 'node:fs';
+import { posix } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { findDirectives, nginxSeconds, parseNginxConf, type NginxDirective } from '../support/nginxConf.ts';
@@ -60,52 +62,152 @@ function namedVolumeAt(compose: Compose, s: Service, target: string): string | u
   return mount && Object.hasOwn(compose.volumes ?? {}, mount.source) ? mount.source : undefined;
 }
 
+/** A nats-server config as the server reads it: `include`s inlined (relative to the including file), no comments. */
+function natsConf(path: string, read: (path: string) => string): string {
+  return read(path)
+    .replace(/#.*$/gm, '')
+    .replace(/^\s*include\s+["']?([^"'\s;]+)["']?;?\s*$/gm, (_, file: string) =>
+      natsConf(posix.join(posix.dirname(path), file), read),
+    );
+}
+
+/** The text inside the braces of the first `name { ... }` block, or undefined. */
+function confBlock(text: string, name: string): string | undefined {
+  const start = new RegExp(`(?:^|[\\s{])${name}\\s*[:=]?\\s*\\{`).exec(text);
+  if (!start) return undefined;
+  const from = start.index + start[0].length;
+  let depth = 1;
+  for (let i = from; i < text.length; i++) {
+    if (text[i] === '{') depth++;
+    else if (text[i] === '}' && --depth === 0) return text.slice(from, i);
+  }
+  return undefined;
+}
+
+const confValue = (text: string, key: string) =>
+  new RegExp(`(?:^|[\\s{,])${key}\\s*[:=]\\s*"?([^\\s,}"]+)`).exec(text)?.[1];
+
+/** Every `user: name ... password: value` pair of a nats-server config (accounts and routes). */
+const confUsers = (conf: string) =>
+  new Map(
+    [...conf.matchAll(/\buser\s*[:=]\s*"?(\w+)"?[\s,]+password\s*[:=]\s*"?([^\s,}"]+)/g)].map((m) => [m[1]!, m[2]!]),
+  );
+
+/** A value required from the environment by Compose: `${NAME:?message}`. */
+const required = (name: string) => new RegExp(`^\\$\\{${name}:\\?[^}]+\\}$`);
+
+/** The config a NATS service runs (`-c`), as a repository path through its read-only mount of deploy/nats/. */
+function natsConfPath(s: Service): string | undefined {
+  const config = flag(argsOf(s), '-c', '--config');
+  const mount = mountsOf(s).find((m) => config?.startsWith(`${m.target}/`));
+  if (!config || !mount?.readOnly || posix.normalize(mount.source) !== 'deploy/nats') return undefined;
+  return posix.join('deploy/nats', config.slice(mount.target.length + 1));
+}
+
 const natsServices = (c: Compose) => Object.keys(c.services).filter((n) => c.services[n]!.image?.startsWith('nats:'));
 const tetherServices = (c: Compose) => Object.keys(c.services).filter((n) => c.services[n]!.build !== undefined);
 const clientPort = (s: Service) => Number(flag(argsOf(s), '-p', '--port') ?? 4222);
 
-function natsProblems(c: Compose): string[] {
-  const problems: string[] = [];
-  const names = natsServices(c);
-  if (names.length !== 3) problems.push(`${names.length} NATS services, not 3`);
-  const clusterNames = new Set<string | undefined>();
-  const stores = new Set<string | undefined>();
-  for (const name of names) {
-    const s = c.services[name]!;
-    const args = argsOf(s);
-    if (!args.some((a) => ['-js', '--js', '--jetstream'].includes(a))) problems.push(`${name}: no JetStream (-js)`);
-    clusterNames.add(flag(args, '--cluster_name'));
-    if (!flag(args, '--cluster')) problems.push(`${name}: no --cluster (route) address`);
-    const storeDir = flag(args, '-sd', '--store_dir');
-    const store = storeDir && namedVolumeAt(c, s, storeDir);
-    if (!store) problems.push(`${name}: its store (${storeDir}) is not on a named volume`);
-    stores.add(store);
-    const routes = (flag(args, '--routes') ?? '')
-      .split(',')
-      .filter(Boolean)
-      .map((r) => new URL(r));
-    const routed = new Set(routes.map((r) => r.hostname));
-    const others = names.filter((n) => n !== name);
-    if (!others.every((o) => routed.has(o)) || ![...routed].every((r) => names.includes(r)))
-      problems.push(`${name} routes to ${[...routed].join(', ') || 'nothing'}, not ${others.join(' and ')}`);
-    for (const route of routes) {
-      const peer = c.services[route.hostname];
-      const peerCluster = peer && flag(argsOf(peer), '--cluster');
-      if (peerCluster && new URL(peerCluster).port !== route.port)
-        problems.push(`${name}: route ${route.href} is not ${route.hostname}'s cluster port`);
-    }
-    const health = [s.healthcheck?.test ?? []].flat().join(' ');
-    const monitor = flag(args, '-m', '--http_port');
-    if (!health.includes(`:${monitor}/healthz?js-enabled-only=true`))
-      problems.push(`${name}: its healthcheck does not ask /healthz?js-enabled-only=true on its monitoring port`);
-  }
+/** A NATS service as its nats-server starts: its arguments, environment and config (`''` without one of deploy/nats/). */
+interface NatsServer {
+  name: string;
+  service: Service;
+  args: string[];
+  env: Record<string, string>;
+  conf: string;
+  /** The config's `cluster { ... }` and, in it, `authorization { ... }` (the routes' user). */
+  cluster: string;
+  routeAuth: string;
+}
+
+function natsServer(c: Compose, name: string, read: (path: string) => string): NatsServer {
+  const service = c.services[name]!;
+  const path = natsConfPath(service);
+  const conf = path ? natsConf(path, read) : '';
+  const cluster = confBlock(conf, 'cluster') ?? '';
+  const routeAuth = confBlock(cluster, 'authorization') ?? '';
+  return { name, service, args: argsOf(service), env: envOf(service), conf, cluster, routeAuth };
+}
+
+/** A config value, a `$VAR` read from the server's environment as nats-server reads it. */
+const resolved = (server: NatsServer, text: string, key: string) =>
+  confValue(text, key)?.replace(/^\$(\w+)$/, (_, v: string) => server.env[v] ?? '');
+
+const routesOf = (server: NatsServer) =>
+  (flag(server.args, '--routes') ?? '')
+    .split(',')
+    .filter(Boolean)
+    .map((r) => new URL(r));
+
+function natsProblems(c: Compose, read: (path: string) => string): string[] {
+  const servers = natsServices(c).map((name) => natsServer(c, name, read));
+  const problems = servers.length === 3 ? [] : [`${servers.length} NATS services, not 3`];
+  for (const server of servers)
+    problems.push(...natsServerProblems(c, server), ...routeProblems(server, servers), ...secretProblems(server));
+  const clusterNames = new Set(servers.map((s) => flag(s.args, '--cluster_name') ?? confValue(s.cluster, 'name')));
   if (clusterNames.size !== 1 || clusterNames.has(undefined)) problems.push('the NATS servers share no cluster name');
-  if (stores.size !== names.length) problems.push('two NATS servers share a store');
+  const stores = new Set(servers.map((s) => namedVolumeAt(c, s.service, flag(s.args, '-sd', '--store_dir') ?? '')));
+  if (stores.size !== servers.length) problems.push('two NATS servers share a store');
   return problems;
 }
 
-function tetherProblems(c: Compose): string[] {
+function natsServerProblems(c: Compose, server: NatsServer): string[] {
+  const { name, service: s, args } = server;
   const problems: string[] = [];
+  if (!args.some((a) => ['-js', '--js', '--jetstream'].includes(a))) problems.push(`${name}: no JetStream (-js)`);
+  if (!server.conf) problems.push(`${name}: does not run a config of deploy/nats/ mounted read-only (-c)`);
+  const storeDir = flag(args, '-sd', '--store_dir');
+  if (!(storeDir && namedVolumeAt(c, s, storeDir)))
+    problems.push(`${name}: its store (${storeDir}) is not on a named volume`);
+  if ((s.ports ?? []).length > 0) problems.push(`${name}: publishes ${JSON.stringify(s.ports)} on the host`);
+  const health = [s.healthcheck?.test ?? []].flat().join(' ');
+  const monitor = flag(args, '-m', '--http_port');
+  if (!health.includes(`:${monitor}/healthz?js-enabled-only=true`))
+    problems.push(`${name}: its healthcheck does not ask /healthz?js-enabled-only=true on its monitoring port`);
+  return problems;
+}
+
+/** Routed to the other servers' cluster ports, each route with the routes' user and password. */
+function routeProblems(server: NatsServer, servers: NatsServer[]): string[] {
+  const { name, args } = server;
+  const problems: string[] = [];
+  // nats-server drops the config's route authorization for a --cluster URL without a user.
+  if (flag(args, '--cluster', '--cluster_listen')) problems.push(`${name}: --cluster overrides the config's routes`);
+  if (!resolved(server, server.cluster, 'listen')) problems.push(`${name}: no cluster (route) address in its config`);
+  const routes = routesOf(server);
+  const routed = new Set(routes.map((r) => r.hostname));
+  const others = servers.map((s) => s.name).filter((n) => n !== name);
+  if (!others.every((o) => routed.has(o)) || ![...routed].every((r) => r === name || others.includes(r)))
+    problems.push(`${name} routes to ${[...routed].join(', ') || 'nothing'}, not ${others.join(' and ')}`);
+  const user = confValue(server.routeAuth, 'user');
+  const password = `\${${confValue(server.routeAuth, 'password')?.replace(/^\$/, '') ?? ''}}`;
+  for (const route of routes) {
+    if (route.username !== user || decodeURIComponent(route.password) !== password)
+      problems.push(`${name}: its route to ${route.hostname} does not carry the user ${user} and ${password}`);
+    const peer = servers.find((s) => s.name === route.hostname);
+    if (peer && resolved(peer, peer.cluster, 'listen')?.split(':').at(-1) !== route.port)
+      problems.push(`${name}: its route to ${route.hostname} is not ${route.hostname}'s cluster port`);
+  }
+  return problems;
+}
+
+/** Routes have a user, and every password of the config is `$VAR`, required by Compose (`${VAR:?...}`). */
+function secretProblems(server: NatsServer): string[] {
+  const problems: string[] = [];
+  if (!confValue(server.routeAuth, 'user')) problems.push(`${server.name}: routes are not authenticated`);
+  for (const [user, password] of confUsers(server.conf)) {
+    const variable = /^\$(\w+)$/.exec(password)?.[1];
+    if (!variable) problems.push(`${server.name}: user ${user}'s password is written in the config`);
+    else if (!required(variable).test(server.env[variable] ?? ''))
+      problems.push(`${server.name}: ${variable} (${user}'s password) is not required from the environment`);
+  }
+  return problems;
+}
+
+function tetherProblems(c: Compose, read: (path: string) => string): string[] {
+  const problems: string[] = [];
+  const [first = ''] = natsServices(c);
+  const users = confUsers(natsServer(c, first, read).conf);
   const names = tetherServices(c);
   const nats = natsServices(c);
   if (names.length !== 3) problems.push(`${names.length} Tether services, not 3`);
@@ -124,8 +226,12 @@ function tetherProblems(c: Compose): string[] {
     for (const u of urls)
       if (c.services[u.hostname] && Number(u.port || 4222) !== clientPort(c.services[u.hostname]!))
         problems.push(`${name}: NATS_URL ${u.href} is not ${u.hostname}'s client port`);
-    if (!/^\$\{TETHER_SECRETS_KEY:\?[^}]+\}$/.test(env.TETHER_SECRETS_KEY ?? ''))
+    if (!required('TETHER_SECRETS_KEY').test(env.TETHER_SECRETS_KEY ?? ''))
       problems.push(`${name}: TETHER_SECRETS_KEY is not required from the environment (\${TETHER_SECRETS_KEY:?...})`);
+    const password = users.get(env.NATS_USER ?? '')?.replace(/^\$/, '');
+    if (!password) problems.push(`${name}: NATS_USER (${env.NATS_USER}) is not a user of the NATS config`);
+    else if (!required(password).test(env.NATS_PASSWORD ?? ''))
+      problems.push(`${name}: NATS_PASSWORD is not \${${password}:?...} from the environment`);
     seen.node.add(env.TETHER_NODE_ID ?? '');
     seen.url.add(env.TETHER_PUBLIC_URL ?? '');
     const workspaces = namedVolumeAt(c, s, env.TETHER_WORKSPACES_DIR ?? '');
@@ -191,12 +297,21 @@ describe('docker-compose.yml', () => {
 
   it('runs three NATS servers with JetStream, each on its own volume, in one cluster, each routed to the other two', () => {
     expect(natsServices(compose)).toHaveLength(3);
-    expect(natsProblems(compose)).toEqual([]);
+    expect(natsProblems(compose, readConf)).toEqual([]);
+  });
+
+  it('runs them with deploy/nats/cluster.conf: users and routes with passwords from the environment, no NATS port on the host', () => {
+    const servers = natsServices(compose).map((name) => natsServer(compose, name, readConf));
+    expect(servers.map((s) => natsConfPath(s.service))).toEqual(Array(3).fill('deploy/nats/cluster.conf'));
+    expect(servers.map((s) => confValue(s.routeAuth, 'user'))).toEqual(['route', 'route', 'route']);
+    expect(servers.flatMap((s) => routesOf(s).map((r) => r.username))).toEqual(Array(6).fill('route'));
+    expect(servers.flatMap((s) => s.service.ports ?? [])).toEqual([]);
+    expect(tetherServices(compose).map((n) => envOf(compose.services[n]!).NATS_USER)).toEqual(Array(3).fill('tether'));
   });
 
   it('runs three Tether nodes with three replicas on all three NATS servers, one workspaces volume and their own data', () => {
     expect(tetherServices(compose)).toHaveLength(3);
-    expect(tetherProblems(compose)).toEqual([]);
+    expect(tetherProblems(compose, readConf)).toEqual([]);
   });
 
   it('puts nginx in front on port 3000, round robin over the three nodes, passing WebSocket upgrades', () => {
@@ -215,8 +330,7 @@ describe('docker-compose.yml', () => {
     ],
     [
       'a server in a cluster of its own',
-      (c) =>
-        editArgs(c, 'nats-3', (args) => args.map((a) => (a.startsWith('--cluster_name') ? '--cluster_name=x' : a))),
+      (c) => editArgs(c, 'nats-3', (args) => [...args, '--cluster_name=x']),
       /share no cluster name/,
     ],
     [
@@ -240,11 +354,87 @@ describe('docker-compose.yml', () => {
       (c) => setEnv(c, 'tether-1', 'TETHER_SECRETS_KEY', 'a'.repeat(64)),
       /tether-1: TETHER_SECRETS_KEY/,
     ],
+    [
+      'routes without the route password',
+      (c) =>
+        editArgs(c, 'nats-1', (args) =>
+          args.map((a) => (a.startsWith('--routes') ? '--routes=nats://nats-2:6222,nats://nats-3:6222' : a)),
+        ),
+      /nats-1: its route to nats-2 does not carry the user route/,
+    ],
+    [
+      'a route password written in the file',
+      (c) => editArgs(c, 'nats-3', (args) => args.map((a) => a.replace(/route:[^@]*@nats-1/, 'route:hunter2@nats-1'))),
+      /nats-3: its route to nats-1 does not carry/,
+    ],
+    [
+      'a --cluster flag',
+      (c) => editArgs(c, 'nats-2', (args) => [...args, '--cluster=nats://0.0.0.0:6222']),
+      /nats-2: --cluster overrides/,
+    ],
+    [
+      'a server without the shipped config',
+      (c) => editArgs(c, 'nats-3', (args) => args.filter((a) => !a.startsWith('-c='))),
+      /nats-3: does not run a config of deploy\/nats\//,
+    ],
+    [
+      'the config mounted writable',
+      (c) =>
+        void (c.services['nats-1']!.volumes = mountsOf(c.services['nats-1']!).map((m) => `${m.source}:${m.target}`)),
+      /nats-1: does not run a config of deploy\/nats\//,
+    ],
+    [
+      'NATS published on the host',
+      (c) => void (c.services['nats-1']!.ports = ['127.0.0.1:4222:4222']),
+      /nats-1: publishes \["127.0.0.1:4222:4222"\] on the host/,
+    ],
+    [
+      'a NATS password written in the file',
+      (c) => setEnv(c, 'nats-2', 'NATS_ROUTE_PASSWORD', 'hunter2'),
+      /nats-2: NATS_ROUTE_PASSWORD \(route's password\) is not required/,
+    ],
+    [
+      'a node with its NATS password written in the file',
+      (c) => setEnv(c, 'tether-1', 'NATS_PASSWORD', 'hunter2'),
+      /tether-1: NATS_PASSWORD is not \$\{TETHER_NATS_PASSWORD:\?\.\.\.\}/,
+    ],
+    [
+      'a node as a user the config does not have',
+      (c) => setEnv(c, 'tether-3', 'NATS_USER', 'admin'),
+      /tether-3: NATS_USER \(admin\) is not a user/,
+    ],
   ];
   it.each(broken)('fails with %s', (_what, breakIt, problem) => {
     const copy = structuredClone(compose);
     breakIt(copy);
-    expect([...natsProblems(copy), ...tetherProblems(copy)].join('\n')).toMatch(problem);
+    expect([...natsProblems(copy, readConf), ...tetherProblems(copy, readConf)].join('\n')).toMatch(problem);
+  });
+
+  const brokenNatsConf: Array<[string, string, (conf: string) => string, RegExp]> = [
+    [
+      'routes without a user',
+      'deploy/nats/cluster.conf',
+      (conf) => conf.replace(/authorization \{[^}]*\}/, ''),
+      /nats-1: routes are not authenticated/,
+    ],
+    [
+      'no route address',
+      'deploy/nats/cluster.conf',
+      (conf) => conf.replace(/^\s*listen:.*$/m, ''),
+      /nats-2: no cluster \(route\) address/,
+    ],
+    [
+      'a password written in the config',
+      'deploy/nats/tether.conf',
+      (conf) => conf.replace('$SUBSCRIBER_NATS_PASSWORD', 'hunter2'),
+      /nats-3: user subscriber's password is written in the config/,
+    ],
+  ];
+  it.each(brokenNatsConf)('fails the NATS servers with %s', (_what, file, breakIt, problem) => {
+    const text = breakIt(readRepoFile(file));
+    expect(text).not.toBe(readRepoFile(file));
+    const read = (path: string) => (path === file ? text : readConf(path));
+    expect(natsProblems(compose, read).join('\n')).toMatch(problem);
   });
 
   const brokenConf: Array<[string, (conf: string) => string, RegExp]> = [
@@ -272,6 +462,7 @@ function editArgs(c: Compose, service: string, edit: (args: string[]) => string[
   c.services[service]!.command = edit(argsOf(c.services[service]!));
 }
 
+/** Sets one variable of one service (services that share an anchor's environment get their own copy). */
 function setEnv(c: Compose, service: string, key: string, value: string): void {
-  (c.services[service]!.environment as Record<string, string>)[key] = value;
+  c.services[service]!.environment = { ...envOf(c.services[service]!), [key]: value };
 }
