@@ -25,17 +25,18 @@ import { SERVER_WAIT, until } from '../support/until.ts';
 const NODES = ['n1', 'n2', 'n3'] as const;
 type NodeName = (typeof NODES)[number];
 const LEASE_MS = 1_000;
-const ROUNDS = 6;
+const ROUNDS = 4;
 const CONVERSATIONS = 50;
 /** User messages per conversation and round: one wave over all conversations, then the next. */
 const MESSAGES_PER_ROUND = 3;
 /** The kill comes once every conversation got a message this round, at a point of the later waves that moves from round to round. */
 const killAfterAcks = (round: number) => CONVERSATIONS + ((round * 17) % CONVERSATIONS);
 /**
- * The node killed in each round: each one twice, once restarted at once and once after its heartbeat
- * aged out (see restartsAtOnce), and once a node killed again in the round after its restart.
+ * The node killed in each round: both ways of coming back (restarted at once, and after its
+ * heartbeat aged out: see restartsAtOnce), and a node killed again in the round after its
+ * restart. Four rounds (six until the suite neared its 10-minute bound).
  */
-const VICTIMS: readonly NodeName[] = ['n1', 'n3', 'n2', 'n2', 'n3', 'n1'];
+const VICTIMS: readonly NodeName[] = ['n1', 'n3', 'n2', 'n2'];
 /**
  * In even rounds the killed node starts again at once, racing its heartbeat's
  * expiry (it takes back what it still owns); in odd rounds once the wave is done
@@ -161,7 +162,7 @@ async function openWatchers(ids: readonly string[], round: number, cursors: Read
 }
 
 describe('kill -9 of one node of three, six times, while 50 conversations are busy', () => {
-  it('keeps every acknowledged message exactly once, keeps ids dense, and every conversation answers through any node after each of six kills', async (ctx) => {
+  it('keeps every acknowledged message exactly once, keeps ids dense, and every conversation answers through any node after each of four kills', async (ctx) => {
     const startedAt = Date.now();
     ctx.onTestFailed(() => {
       for (const { name, server } of history.slice(-6))

@@ -23,8 +23,9 @@ import { wsUrlFor, type Frame, type WsClient } from '../support/wsClient.ts';
 const CONVERSATIONS = 10;
 const CLIENTS_PER_CONVERSATION = 2;
 /** Sending before the embedded nats-server is killed, then after it. */
-const BEFORE_FAULT_MS = 3_000;
-const AFTER_FAULT_MS = 8_000;
+const BEFORE_FAULT_MS = 2_000;
+/** The embedded nats-server is back within about a second (readyz_503_ms_after_kill): four cover it and more. */
+const AFTER_FAULT_MS = 4_000;
 const MAX_ACTIONS_PER_CLIENT = 150;
 /** Pause between two actions of one client (each waits for the outcome of the one before). */
 const PACE_MS = { min: 50, max: 100 };
