@@ -6,10 +6,6 @@ export {
   StoredEvent,
   LoggedEvent,
   ConversationCreatedData,
-  CommandOutputData,
-  SecurityRisk,
-  ToolInfo,
-  ToolResultData,
   PassivationReason,
   AttemptReason,
   DoubleTexting,
@@ -17,6 +13,7 @@ export {
   type EventOf,
   type NewEvent,
 } from './event.ts';
+export { CommandOutputData, SecurityRisk, ToolInfo, ToolResultData } from './calls.ts';
 export {
   UserAction,
   ClientFrame,
