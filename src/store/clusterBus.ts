@@ -72,8 +72,10 @@ export function natsClusterBus(nc: NatsConnection, self: string, prefix = DEFAUL
       } catch (err) {
         if (err instanceof errors.NoRespondersError)
           throw new NodeUnreachableError(nodeId, 'no responders', { cause: err });
-        if (err instanceof errors.TimeoutError || err instanceof errors.RequestError)
+        if (err instanceof errors.TimeoutError)
           throw new NodeUnreachableError(nodeId, `no answer within ${timeoutMs} ms`, { cause: err });
+        // Also when the connection dropped with the request out (natsConnection.ts): asked again.
+        if (err instanceof errors.RequestError) throw new NodeUnreachableError(nodeId, err.message, { cause: err });
         throw err;
       }
     },

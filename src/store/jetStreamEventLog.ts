@@ -104,9 +104,22 @@ export class JetStreamEventLog implements EventLog {
     }
     if (ack.ok) return { seq: ack.seq, duplicate: ack.duplicate };
     if (CONFLICT_CODES.has(ack.errCode)) {
+      // Sent again after a drop or a 503, it may meet its own first send, stored: a stream leader elected
+      // meanwhile may not know that send's msg id yet. The next event on the subject says whether it is ours.
+      const ours =
+        ack.resentAs === undefined ? undefined : await this.#storedAs(subject, expectedLastSeq, ack.resentAs);
+      if (ours !== undefined) return { seq: ours, duplicate: false };
       throw new VersionConflictError(conversationId, expectedLastSeq, { cause: new Error(ack.description) });
     }
     throw new Error(`JetStream refused an event of ${conversationId}: ${ack.description} (${ack.errCode})`);
+  }
+
+  /** The seq of the first event on `subject` after `afterSeq` when it carries `msgId`. */
+  async #storedAs(subject: string, afterSeq: number, msgId: string): Promise<number | undefined> {
+    const next = await this.#jsm.direct
+      .getMessage(this.stream, { seq: afterSeq + 1, next_by_subj: subject })
+      .catch(() => null);
+    return next?.header?.get('Nats-Msg-Id') === msgId ? next.seq : undefined;
   }
 
   async read(conversationId: string, options?: ReadOptions): Promise<ReadPage> {

@@ -5,8 +5,15 @@ import { CreditedPull } from './creditedPull.ts';
 import type { FollowHandlers, LogFollower } from './eventLog.ts';
 import type { OrderedConsumers } from './orderedConsumers.ts';
 
-/** How long a follow waits before it opens its consumer again after a failure. */
+/**
+ * How long a follow waits before it opens its consumer again after a failure:
+ * a quarter of a second the first time (the server that held the consumer
+ * stopped, or its stream's leader moved: every client of the node waits for
+ * the new consumer, which a leader being elected would refuse), then 1 s.
+ */
 const RESTART_DELAY_MS = 1_000;
+const FIRST_RESTART_DELAY_MS = 250;
+const restartDelay = (failures: number) => (failures <= 1 ? FIRST_RESTART_DELAY_MS : RESTART_DELAY_MS);
 /**
  * The server's heartbeat on an idle pull; two missed in a row and the follow
  * opens a new consumer. nats.js would only ask for the consumer's info again,
@@ -88,7 +95,10 @@ export class JetStreamFollower implements LogFollower {
     const { nc, consumers, jsm, stream, subjectPrefix, maxBytes } = this.#options;
     const filter = `${subjectPrefix}.*.events`;
     const idFrom = subjectPrefix.length + 1;
+    /** Failures in a row with no event delivered between them. */
+    let failures = 0;
     while (!this.#stopped) {
+      const from = this.#next;
       try {
         if (this.#next === 0) {
           this.#next = (await jsm.streams.info(stream)).state.last_seq + 1;
@@ -121,10 +131,12 @@ export class JetStreamFollower implements LogFollower {
         this.#handlers.error?.(err);
       }
       if (this.#stopped) break;
-      if (!this.#restartNow) {
+      failures = this.#next > from ? 1 : failures + 1;
+      const delay = restartDelay(failures);
+      if (!this.#restartNow && delay > 0) {
         await new Promise<void>((resolve) => {
           this.#wake = resolve;
-          setTimeout(resolve, RESTART_DELAY_MS).unref();
+          setTimeout(resolve, delay).unref();
         });
       }
       this.#restartNow = false;

@@ -1,9 +1,25 @@
-import { createInbox, headers, type Msg, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import {
+  createInbox,
+  headers,
+  nuid,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type Subscription,
+} from '@nats-io/transport-node';
 import { StoreUnavailableError } from './errors.ts';
 
 /** The server's answer to a JetStream publish. */
 export type PubAck =
-  { ok: true; seq: number; duplicate: boolean } | { ok: false; code: number; errCode: number; description: string };
+  | { ok: true; seq: number; duplicate: boolean }
+  | {
+      ok: false;
+      code: number;
+      errCode: number;
+      description: string;
+      /** It was sent more than once, with this `Nats-Msg-Id`: an earlier send may be the one stored. */
+      resentAs?: string;
+    };
 
 export interface PublishOptions {
   /** `Nats-Expected-Last-Subject-Sequence`. */
@@ -12,10 +28,19 @@ export interface PublishOptions {
   msgId?: string;
 }
 
+/** How long to wait before sending again a publish that no stream took (503). */
+const UNAVAILABLE_RETRY_MS = 100;
+
 interface Pending {
   resolve: (ack: PubAck) => void;
   reject: (err: Error) => void;
   deadline: number;
+  /** What was published, to send again on a new connection. */
+  subject: string;
+  payload: Uint8Array;
+  headers: MsgHdrs;
+  /** Times it was sent: after the first, a duplicate ack is the answer to an earlier send of ours. */
+  sends: number;
 }
 
 /**
@@ -25,6 +50,13 @@ interface Pending {
  * largest single cost of the append path. Here a reply is a map lookup, and one
  * sweep fails what has waited too long: StoreUnavailableError, the event may or
  * may not be stored (retry with its msgId).
+ *
+ * Every publish carries a `Nats-Msg-Id` (the caller's, else one of ours), so that
+ * what was in flight when the connection dropped is sent again as soon as nats.js
+ * is connected again, to whichever server: the one that went may have stored it,
+ * or not, or its ack was lost on the way; the stream's dedupe keeps it once.
+ * Without this an append in flight during a nats-server's restart waited out the
+ * whole timeout, and its session was closed.
  */
 export class JetStreamPublisher {
   readonly #nc: NatsConnection;
@@ -33,6 +65,8 @@ export class JetStreamPublisher {
   readonly #pending = new Map<string, Pending>();
   readonly #sub: Subscription;
   readonly #sweeper: NodeJS.Timeout;
+  /** Our own message ids: unique to this publisher, so that a duplicate can only be a send again of ours. */
+  readonly #idPrefix = `tether-${nuid.next()}-`;
   #next = 0;
 
   constructor(nc: NatsConnection, options: { timeoutMs?: number } = {}) {
@@ -43,15 +77,18 @@ export class JetStreamPublisher {
     this.#sweeper = setInterval(() => this.#sweep(Date.now()), Math.min(1_000, this.#timeoutMs));
     this.#sweeper.unref();
     void nc.closed().then(() => this.close());
+    void this.#resendOnReconnect();
   }
 
   publish(subject: string, payload: Uint8Array, options: PublishOptions): Promise<PubAck> {
-    const reply = this.#prefix + (this.#next++).toString(36);
+    const n = (this.#next++).toString(36);
+    const reply = this.#prefix + n;
     const h = headers();
     h.set('Nats-Expected-Last-Subject-Sequence', String(options.expectedLastSubjectSeq));
-    if (options.msgId !== undefined) h.set('Nats-Msg-Id', options.msgId);
+    h.set('Nats-Msg-Id', options.msgId ?? this.#idPrefix + n);
     return new Promise<PubAck>((resolve, reject) => {
-      this.#pending.set(reply, { resolve, reject, deadline: Date.now() + this.#timeoutMs });
+      const deadline = Date.now() + this.#timeoutMs;
+      this.#pending.set(reply, { resolve, reject, deadline, subject, payload, headers: h, sends: 1 });
       try {
         this.#nc.publish(subject, payload, { reply, headers: h });
       } catch (err) {
@@ -75,9 +112,10 @@ export class JetStreamPublisher {
       return pending.reject(new StoreUnavailableError(`NATS subscription failed: ${err.message}`, { cause: err }));
     // A status reply (503: no responders) means no stream listens on the subject.
     if (msg.headers?.hasError) {
-      return pending.reject(
-        new StoreUnavailableError(`JetStream did not take the event (${msg.headers.code} ${msg.headers.description})`),
-      );
+      const why = `JetStream did not take the event (${msg.headers.code} ${msg.headers.description})`;
+      return msg.headers.code === 503
+        ? this.#again(msg.subject, pending, why)
+        : pending.reject(new StoreUnavailableError(why));
     }
     let ack: { seq?: number; duplicate?: boolean; error?: { code: number; err_code: number; description: string } };
     try {
@@ -87,17 +125,57 @@ export class JetStreamPublisher {
         new StoreUnavailableError('JetStream answered a publish with something that is not JSON', { cause }),
       );
     }
+    // 503 (10008): the stream is between leaders.
+    if (ack.error?.code === 503) return this.#again(msg.subject, pending, ack.error.description);
     if (ack.error) {
       pending.resolve({
         ok: false,
         code: ack.error.code,
         errCode: ack.error.err_code,
         description: ack.error.description,
+        ...(pending.sends > 1 && { resentAs: pending.headers.get('Nats-Msg-Id') }),
       });
     } else if (typeof ack.seq === 'number') {
-      pending.resolve({ ok: true, seq: ack.seq, duplicate: ack.duplicate === true });
+      // Sent more than once, a duplicate is our own first send, stored: not a caller's earlier attempt.
+      pending.resolve({ ok: true, seq: ack.seq, duplicate: ack.duplicate === true && pending.sends === 1 });
     } else {
       pending.reject(new StoreUnavailableError('JetStream answered a publish without a sequence'));
+    }
+  }
+
+  /**
+   * No stream took it for now: its leader is moving, or this server's JetStream
+   * is still starting. Sent again shortly while its deadline allows (the msg id
+   * keeps it once), so that a leader election is a pause, not a failure.
+   */
+  #again(reply: string, pending: Pending, why: string): void {
+    if (Date.now() + UNAVAILABLE_RETRY_MS >= pending.deadline) return pending.reject(new StoreUnavailableError(why));
+    this.#pending.set(reply, pending);
+    setTimeout(() => {
+      if (this.#pending.get(reply) !== pending) return;
+      pending.sends += 1;
+      try {
+        this.#nc.publish(pending.subject, pending.payload, { reply, headers: pending.headers });
+      } catch {
+        // Closed meanwhile: close() fails it.
+      }
+    }, UNAVAILABLE_RETRY_MS).unref();
+  }
+
+  /** On each reconnection, sends again everything not acknowledged yet, with a new deadline. */
+  async #resendOnReconnect(): Promise<void> {
+    for await (const status of this.#nc.status()) {
+      if (status.type !== 'reconnect') continue;
+      const deadline = Date.now() + this.#timeoutMs;
+      for (const [reply, pending] of this.#pending) {
+        pending.sends += 1;
+        pending.deadline = deadline;
+        try {
+          this.#nc.publish(pending.subject, pending.payload, { reply, headers: pending.headers });
+        } catch {
+          // Closed meanwhile: close() fails it.
+        }
+      }
     }
   }
 

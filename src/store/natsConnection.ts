@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import {
   connect,
   credsAuthenticator,
+  errors,
   nanos,
   nkeyAuthenticator,
   type ConnectionOptions,
@@ -111,7 +112,7 @@ export async function connectNats(url: string, options: ConnectNatsOptions): Pro
   const fromUrl = user && options.auth?.user === undefined ? { user: user.name, pass: user.password } : {};
   const auth = { ...fromUrl, ...authOptions(options.auth) };
   try {
-    return await connect({
+    const nc = await connect({
       ...auth,
       // nats.js takes one string as one URL: a list must come as an array.
       servers,
@@ -123,6 +124,9 @@ export async function connectNats(url: string, options: ConnectNatsOptions): Pro
       // fifth of the append path's CPU; errors are translated where they enter anyway.
       noAsyncTraces: true,
     });
+    leaveLameDucks(nc);
+    failRequestsOnDisconnect(nc);
+    return nc;
   } catch (err) {
     // nats.js may quote the URL it tried: its password never goes further.
     const reason = hide(err instanceof Error ? err.message : String(err), options.auth, url);
@@ -236,6 +240,41 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
     current.max_msgs_per_subject !== wanted.max_msgs_per_subject;
   const updated = drifted ? await jsm.streams.update(name, { ...current, ...wanted }) : existing;
   return untilLed(jsm, await reconcileStream(jsm, updated, { replicas }));
+}
+
+/**
+ * A server in lame-duck mode is about to go: move to another one now, while
+ * nothing is lost, rather than when it closes the connection (with whatever is
+ * in flight). With one server known there is nowhere to go: stay until it closes.
+ */
+function leaveLameDucks(nc: NatsConnection): void {
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === 'ldm' && nc.getServers().length > 1) await nc.reconnect().catch(() => undefined);
+    }
+  })().catch(() => undefined);
+}
+
+/** nats.js's requests under way (its internals: no public API lists them). */
+interface RequestMux {
+  protocol?: { muxSubscriptions?: { all(): Array<{ cancel(err?: Error): void }> } };
+}
+
+/**
+ * A request out when the connection drops (a KV write, a JetStream API call, a
+ * node's forwarded action) may have lost its answer with the old connection:
+ * nats.js would wait out its whole timeout (5 s) before saying so. Each fails at
+ * once instead, as unavailable, so that its caller goes on or asks again. The
+ * event log's appends are sent again instead (JetStreamPublisher).
+ */
+function failRequestsOnDisconnect(nc: NatsConnection): void {
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type !== 'disconnect') continue;
+      for (const request of (nc as unknown as RequestMux).protocol?.muxSubscriptions?.all() ?? [])
+        request.cancel(new errors.RequestError('the connection to NATS dropped before the answer came'));
+    }
+  })().catch(() => undefined);
 }
 
 /**

@@ -16,6 +16,8 @@ const UNAVAILABLE_NAMES = new Set(['JetStreamNotEnabled']);
 
 export function isUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
+  // 10008: JetStream temporarily unavailable (a stream or the meta group between leaders).
+  if (err instanceof JetStreamApiError && err.code === 10008) return true;
   return UNAVAILABLE.some((type) => err instanceof type) || UNAVAILABLE_NAMES.has(err.name);
 }
 

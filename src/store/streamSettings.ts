@@ -9,6 +9,7 @@ import {
 } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import { StoreSettingsError, StoreUnavailableError } from './errors.ts';
+import { retryingKv } from './kvRetry.ts';
 import { toStoreError } from './natsErrors.ts';
 
 /** What the configuration says about every stream and bucket Tether keeps. */
@@ -117,7 +118,7 @@ export async function openBucket(nc: NatsConnection, bucket: string, options: Bu
   // Replicas and TTL are the server's business: the handle works the same after the update.
   const jsm = await jetstreamManager(nc, { checkAPI: false });
   await untilLed(jsm, await reconcileStream(jsm, status.streamInfo, wanted));
-  return kv;
+  return retryingKv(kv);
 }
 
 const LEADER_WAIT_MS = 10_000;

@@ -42,6 +42,8 @@ export interface NatsCluster {
   readonly servers: readonly ClusterServer[];
   /** Sends the server a signal (default SIGKILL) and waits for it to exit. */
   kill(name: string, signal?: NodeJS.Signals): Promise<void>;
+  /** Sends the server a signal and does not wait (SIGUSR2: lame-duck mode, it tells its clients to leave). */
+  signal(name: string, signal: NodeJS.Signals): void;
   /**
    * Starts the server again with the same name, ports and store (stopping it
    * first if it runs). Resolves when it accepts clients, not when its JetStream
@@ -203,6 +205,67 @@ export async function connectionNames(server: ClusterServer): Promise<string[]> 
   return (body.connections ?? []).map((connection) => connection.name ?? '');
 }
 
+/**
+ * Waits until every stream (an event stream, the buckets') has a leader and all
+ * its other replicas online and current, on the running servers: a cluster at
+ * rest, where losing any one server leaves a quorum that can elect at once.
+ */
+export async function untilReplicasCurrent(cluster: NatsCluster, timeoutMs = 20_000): Promise<void> {
+  const nc = await connectNats(cluster.url, { name: 'tether-cluster-current' });
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: 2_000, checkAPI: false });
+    await until(
+      async () => {
+        for await (const si of jsm.streams.list()) {
+          const replicas = si.cluster?.replicas ?? [];
+          if (!si.cluster?.leader || replicas.some((r) => !r.current || r.offline)) return undefined;
+          if (replicas.length !== Math.min(si.config.num_replicas, cluster.servers.length) - 1) return undefined;
+        }
+        return true;
+      },
+      'every stream led, with every replica online and current',
+      { timeoutMs, everyMs: 100, retryErrors: true },
+    );
+  } finally {
+    await nc.close();
+  }
+}
+
+/**
+ * Steps down the leader of every stream (an event stream, the buckets') that
+ * `server` leads, until it leads none: what an operator does before stopping a
+ * nats-server 2.9, which does not hand its leaderships over as it stops.
+ * Returns the streams it led.
+ */
+export async function moveLeadersOff(
+  cluster: NatsCluster,
+  server: ClusterServer,
+  timeoutMs = 15_000,
+): Promise<string[]> {
+  const nc = await connectNats(cluster.url, { name: 'tether-cluster-step-down' });
+  const moved = new Set<string>();
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: 2_000, checkAPI: false });
+    await until(
+      async () => {
+        let leads = 0;
+        for await (const si of jsm.streams.list()) {
+          if (si.cluster?.leader !== server.name) continue;
+          leads += 1;
+          moved.add(si.config.name);
+          await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${si.config.name}`, '', { timeout: 2_000 });
+        }
+        return leads === 0;
+      },
+      `${server.name} to lead no stream`,
+      { timeoutMs, everyMs: 100, retryErrors: true },
+    );
+    return [...moved].sort();
+  } finally {
+    await nc.close();
+  }
+}
+
 /** Polls until a stream replicated on every server (up to 5) can be created, then deletes it. */
 async function untilJetStreamReady(nodes: ClusterNode[], timeoutMs: number): Promise<void> {
   const nc = await connectNats(nodes.map((node) => node.url).join(','), { name: 'tether-cluster-ready' });
@@ -245,6 +308,7 @@ function clusterOf(nodes: ClusterNode[]): NatsCluster {
     url: urls.join(','),
     servers: nodes,
     kill: (name, signal = 'SIGKILL') => byName(name).kill(signal),
+    signal: (name, signal) => process.kill(byName(name).pid, signal),
     restart: async (name) => {
       const node = byName(name);
       await node.stop();

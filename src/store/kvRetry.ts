@@ -1,0 +1,58 @@
+import { errors } from '@nats-io/transport-node';
+import { JetStreamApiError } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
+
+/** How often, and for how long at most, an operation that met a moment without a stream leader is tried again. */
+const RETRY_EVERY_MS = 100;
+const RETRY_FOR_MS = 3_000;
+
+/** Operations that change nothing when they fail this way, so that trying again is safe. */
+const RETRIED = new Set(['get', 'put', 'create', 'update', 'delete', 'purge']);
+/** Those that may be done twice: a read, or a write that does not expect a revision (`previousSeq`). */
+const REPEATABLE = new Set(['get', 'put', 'delete', 'purge']);
+const repeatable = (operation: string, args: unknown[]) =>
+  REPEATABLE.has(operation) && (args[1] as { previousSeq?: number } | undefined)?.previousSeq === undefined;
+
+/**
+ * Whether NATS said, for certain, that nothing was done, and only for now: no
+ * stream listened on the subject (its leader moving, a replica rejoining after
+ * a restart: nats.js says "jetstream is not enabled"), or JetStream was
+ * between leaders (10008). Not a timeout: a write may have been applied then.
+ * The connection dropped before the answer (natsConnection.ts): asked again on
+ * the new one when doing it twice changes nothing more than doing it once.
+ */
+function passesSoon(err: unknown, repeatable: boolean): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'JetStreamNotEnabled' || err instanceof errors.NoRespondersError) return true;
+  if (err instanceof JetStreamApiError && err.code === 10008) return true;
+  return repeatable && err instanceof errors.RequestError;
+}
+
+/**
+ * The bucket, with each read and write tried again every 100 ms, for up to
+ * 3 s, while NATS answers that it cannot serve it for now. A nats-server 2.9
+ * restarted in a cluster makes its streams elect again as it rejoins: without
+ * this, every conversation's next write failed for the second that took.
+ */
+export function retryingKv(kv: KV): KV {
+  return new Proxy(kv, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof property !== 'string' || !RETRIED.has(property) || typeof value !== 'function') return value;
+      return (...args: unknown[]) =>
+        tryWhileUnavailable(repeatable(property, args), () => value.apply(target, args) as Promise<unknown>);
+    },
+  });
+}
+
+async function tryWhileUnavailable<T>(repeatable: boolean, attempt: () => Promise<T>): Promise<T> {
+  const until = Date.now() + RETRY_FOR_MS;
+  for (;;) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (!passesSoon(err, repeatable) || Date.now() + RETRY_EVERY_MS > until) throw err;
+      await new Promise((resolve) => setTimeout(resolve, RETRY_EVERY_MS));
+    }
+  }
+}

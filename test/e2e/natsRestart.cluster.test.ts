@@ -1,0 +1,196 @@
+import { beforeAll, describe, expect, it } from 'vitest';
+import { chatDeliveryProblems, chatLogProblems } from '../support/chatChecks.ts';
+import { useE2e } from '../support/e2e.ts';
+import { untilQuiet } from '../support/faults.ts';
+import {
+  connectionNames,
+  moveLeadersOff,
+  untilReplicasCurrent,
+  type ClusterServer,
+  type NatsCluster,
+} from '../support/natsCluster.ts';
+import { ResendingChatter } from '../support/resendingChatter.ts';
+import { createConversation, type ServerProcess } from '../support/serverProcess.ts';
+import { SERVER_WAIT, until } from '../support/until.ts';
+import type { WsClient } from '../support/wsClient.ts';
+
+// A rolling restart of the three nats-servers of a cluster whose stream and buckets
+// keep 3 replicas, one after the other, while ws clients chat through two Tether
+// nodes, as an operator would: the leaderships of a server are moved off it first
+// (docs/cluster.md), then it stops, the first and the last normally (SIGTERM), the
+// second in lame-duck mode (SIGUSR2: the nodes must leave it at once), and starts
+// again. Every message is stored once, no session fails other than with a
+// store error the client resends after, and the longest wait between two
+// acknowledgements is measured (issue 28's target is 2 s: see docs/cluster.md for
+// what nats-server 2.9.10 adds to it).
+const NODES = ['a', 'b'] as const;
+type NodeName = (typeof NODES)[number];
+const CONVERSATIONS = 6;
+/** Every client has this many messages acknowledged before the first restart, within the bound. */
+const ACKS_BEFORE = 3;
+const ACKS_BEFORE_TIMEOUT_MS = 10_000;
+/** A restarted server's replicas current again, before the next server goes. */
+const CURRENT_TIMEOUT_MS = 20_000;
+/** Chatting on after the last restart, to see every client acknowledged again. */
+const AFTER_MS = 1_000;
+const FINISH_TIMEOUT_MS = 10_000;
+const SETTLE_TIMEOUT_MS = 30_000;
+/** Sent again after this long without an answer: a lost message shows as a gap of at least this. */
+const CHATTER = { paceMs: { min: 50, max: 150 }, attemptTimeoutMs: 5_000, retryWaitMs: 100 };
+/** How soon the nodes must have left a server in lame-duck mode (its own grace period is 10 s). */
+const LEAVE_LAME_DUCK_MS = 2_000;
+const STOPS = ['SIGTERM', 'lame duck', 'SIGTERM'] as const;
+
+const e2e = useE2e();
+let nats: NatsCluster;
+const nodes = new Map<NodeName, ServerProcess>();
+const sockets: WsClient[] = [];
+const node = (name: NodeName) => nodes.get(name)!;
+
+beforeAll(async () => {
+  nats = await e2e.natsCluster({ monitor: true });
+  e2e.onCleanup(() => Promise.all(sockets.map((s) => s.terminate())));
+  const workspaces = await e2e.tempDir();
+  await Promise.all(
+    NODES.map(async (name) => {
+      const env = {
+        NATS_URL: nats.url,
+        TETHER_REPLICAS: '3',
+        TETHER_NODE_ID: name,
+        TETHER_WORKSPACES_DIR: workspaces,
+        TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
+        TETHER_LOG_LEVEL: 'info',
+      };
+      nodes.set(name, await e2e.start({ dataDir: await e2e.tempDir(), env }));
+    }),
+  );
+}, 60_000);
+
+describe('a rolling restart of the nats-servers under chatting ws clients', () => {
+  it('moves the nodes off each server in time, keeps every message once, and measures the longest stall', async (ctx) => {
+    const startedAt = Date.now();
+    const timeline: string[] = [];
+    const mark = (what: string) => timeline.push(`${Date.now() - startedAt} ms: ${what}`);
+    ctx.onTestFailed(() => {
+      console.log(`timeline: ${timeline.join('; ')}`);
+      for (const name of NODES) console.log(`stderr of ${name} (tail):\n${node(name).stderr().slice(-6_000)}`);
+    });
+    const ids = await Promise.all(
+      Array.from({ length: CONVERSATIONS }, (_, c) => createConversation(node(NODES[c % NODES.length]!).baseUrl)),
+    );
+    await untilQuiet(node('a').baseUrl, ids, { timeoutMs: 30_000, stableMs: 100 });
+    const chatters = ids.flatMap((id, c) =>
+      NODES.map((name) => new ResendingChatter(node(name).wsUrl, id, `c${c}-via-${name}`, { ...CHATTER, sockets })),
+    );
+    expect(await Promise.all(chatters.map((c) => c.open()))).toEqual(chatters.map(() => true));
+    const runs = chatters.map((c) => c.run());
+    await until(() => chatters.every((c) => c.acksSince(0) >= ACKS_BEFORE), 'every client acknowledged', {
+      ...SERVER_WAIT,
+      timeoutMs: ACKS_BEFORE_TIMEOUT_MS,
+    });
+
+    const firstStopAt = Date.now();
+    const restarts: Array<{ server: string; stop: string; left_ms?: number; down_ms: number; current_ms: number }> = [];
+    const left = [...nats.servers];
+    for (const stop of STOPS) {
+      // Each time one a node is connected to, when there is one: that is the case to try.
+      const on = await Promise.all(left.map((server) => tetherConnections(server)));
+      const server = left.splice(
+        Math.max(
+          0,
+          on.findIndex((n) => n > 0),
+        ),
+        1,
+      )[0]!;
+      // The operator's first step (docs/cluster.md): nats-server 2.9 does not hand its leaderships over as
+      // it stops, and a stream whose leader went elects another only after 1-6 s (measured here).
+      const led = await moveLeadersOff(nats, server);
+      mark(`${server.name} leads no stream (led ${led.join(' ')})`);
+      const stopAt = Date.now();
+      let leftMs: number | undefined;
+      if (stop === 'lame duck') {
+        const nodesOn = await tetherConnections(server);
+        nats.signal(server.name, 'SIGUSR2');
+        await until(async () => (await tetherConnections(server)) === 0, `the nodes to leave ${server.name}`, {
+          ...SERVER_WAIT,
+          timeoutMs: LEAVE_LAME_DUCK_MS,
+        });
+        leftMs = Date.now() - stopAt;
+        mark(`${nodesOn} node(s) left ${server.name} in lame-duck mode`);
+      }
+      // In lame-duck mode it waits out its grace period and ignores SIGTERM; its JetStream is already down.
+      await nats.kill(server.name, stop === 'lame duck' ? 'SIGKILL' : 'SIGTERM');
+      mark(`${server.name} stopped`);
+      await nats.restart(server.name);
+      const upAt = Date.now();
+      mark(`${server.name} up`);
+      await untilReplicasCurrent(nats, CURRENT_TIMEOUT_MS);
+      mark(`${server.name} current`);
+      restarts.push({
+        server: server.name,
+        stop,
+        ...(leftMs !== undefined && { left_ms: leftMs }),
+        down_ms: upAt - stopAt,
+        current_ms: Date.now() - upAt,
+      });
+    }
+    const lastUpAt = Date.now();
+    await until(() => chatters.every((c) => c.acksSince(lastUpAt) >= 1), 'every client acknowledged again', {
+      ...SERVER_WAIT,
+      timeoutMs: 10_000,
+    }).catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, AFTER_MS));
+    for (const c of chatters) c.stop(Date.now() + FINISH_TIMEOUT_MS);
+    await Promise.all(runs);
+    const endedAt = Date.now();
+    mark('sending done');
+
+    // The longest wait between two acknowledgements of each client, from the first stop to the end.
+    const gaps = chatters.map((c) => ({ name: c.name, ms: longestGap(c, firstStopAt, endedAt) }));
+    const actions = chatters.flatMap((c) => c.actions);
+    const misses = actions.flatMap((action) => action.misses);
+    console.log(
+      `nats rolling restart figures: ${JSON.stringify({
+        clients: chatters.length,
+        restarts,
+        actions: actions.length,
+        acknowledged_during: chatters.reduce((n, c) => n + c.acksSince(firstStopAt), 0),
+        resent: actions.filter((action) => action.sends > 1).length,
+        misses,
+        ws_reconnects: chatters.reduce((n, c) => n + c.reconnects, 0),
+        longest_gap_ms: Math.max(...gaps.map((g) => g.ms)),
+        gaps_over_1s: gaps.filter((g) => g.ms > 1_000),
+      })}`,
+    );
+
+    // What a client met on the way: silence (resent after 5 s), or a store error it resends after; never
+    // an internal error (JetStream between leaders was one), and its socket never closed.
+    expect(misses.filter((code) => !['silent', 'STORE_UNAVAILABLE', 'SESSION_UNAVAILABLE'].includes(code))).toEqual([]);
+    expect(chatters.reduce((n, c) => n + c.reconnects, 0)).toBe(0);
+    expect(actions.filter((action) => !action.ack).map((action) => action.clientId)).toEqual([]);
+    const logs = await untilQuiet(node('a').baseUrl, ids, { timeoutMs: SETTLE_TIMEOUT_MS });
+    const problems = chatLogProblems(chatters, logs, firstStopAt);
+    problems.push(...(await chatDeliveryProblems(chatters, logs)));
+    expect(problems).toEqual([]);
+  }, 150_000);
+});
+
+/** The longest time between two acknowledgements of `chatter` (its stop and `to` count as one), from `from`. */
+function longestGap(chatter: ResendingChatter, from: number, to: number): number {
+  const times = chatter.actions
+    .flatMap((action) => (action.ack ? [action.ack.at] : []))
+    .filter((at) => at >= from)
+    .sort((x, y) => x - y);
+  let longest = 0;
+  let previous = from;
+  for (const at of [...times, to]) {
+    longest = Math.max(longest, at - previous);
+    previous = at;
+  }
+  return longest;
+}
+
+/** How many Tether nodes are connected to `server` (its `/connz`). */
+async function tetherConnections(server: ClusterServer): Promise<number> {
+  return (await connectionNames(server)).filter((name) => /^tether [ab]$/.test(name)).length;
+}

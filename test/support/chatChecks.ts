@@ -1,0 +1,68 @@
+// What chatting clients (ResendingChatter) were told, checked against what was stored
+// and what each of their sockets got: for tests that break NATS or nodes under load.
+import type { LoggedEvent } from '../../protocol/index.ts';
+import { answersTo, crashLogProblems, deliveryProblem, userMessages, type MessageAck } from './faults.ts';
+import type { ResendingChatter } from './resendingChatter.ts';
+
+/** Open sockets catching up with the end of the log, all at once. */
+const DELIVERY_TIMEOUT_MS = 10_000;
+
+/**
+ * What is wrong with each conversation's log, compared with what its clients
+ * sent and were acknowledged: ids not dense, a message stored twice, stored
+ * that was never sent, not stored exactly once where its event frame said, or
+ * not answered exactly once by the scripted agent.
+ */
+export function chatLogProblems(
+  chatters: readonly ResendingChatter[],
+  logs: ReadonlyMap<string, LoggedEvent[]>,
+  splitAt: number,
+): string[] {
+  const acked = new Map<string, MessageAck>();
+  for (const chatter of chatters) {
+    for (const { content, ack } of chatter.actions) {
+      if (!ack) continue;
+      // round: 1 when acknowledged before `splitAt` (a kill, a restart), 2 after.
+      const round = ack.at < splitAt ? 1 : 2;
+      acked.set(content, { conversationId: chatter.conversationId, seq: ack.seq, duplicate: false, round });
+    }
+  }
+  const problems: string[] = [];
+  for (const [id, log] of logs) {
+    const sent = new Set(
+      chatters.filter((c) => c.conversationId === id).flatMap((c) => c.actions.map((action) => action.content)),
+    );
+    problems.push(...crashLogProblems(id, log, { conversationId: id, acked, sent, before: [] }));
+    for (const m of userMessages(log)) {
+      const answers = answersTo(log, m.event.data.content).length;
+      if (answers !== 1) problems.push(`${id}: "${m.event.data.content}" answered ${answers} times`);
+    }
+  }
+  return problems;
+}
+
+/**
+ * Every socket got every stored event after its cursor, once and in order: the
+ * open ones up to the end of the log, the ones that closed up to their last frame.
+ */
+export async function chatDeliveryProblems(
+  chatters: readonly ResendingChatter[],
+  logs: ReadonlyMap<string, LoggedEvent[]>,
+): Promise<string[]> {
+  const connections = chatters.flatMap((chatter) => chatter.connections.map((connection) => ({ chatter, connection })));
+  await Promise.all(
+    connections.map(async ({ chatter, connection: { ws } }) => {
+      const end = logs.get(chatter.conversationId)!.at(-1)?.seq ?? 0;
+      if (ws.isOpen)
+        await ws.waitUntil(() => ws.lastSeq() >= end, { timeoutMs: DELIVERY_TIMEOUT_MS }).catch(() => undefined);
+    }),
+  );
+  const problems: string[] = [];
+  for (const { chatter, connection } of connections) {
+    const problem = deliveryProblem(connection, logs.get(chatter.conversationId)!, connection.ws.isOpen);
+    if (problem) problems.push(`${chatter.name}: ${problem}`);
+    if (connection.ws.invalid.length > 0)
+      problems.push(`${chatter.name}: invalid frames ${JSON.stringify(connection.ws.invalid).slice(0, 300)}`);
+  }
+  return problems;
+}
