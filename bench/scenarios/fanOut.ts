@@ -73,8 +73,10 @@ export const fanOut: Scenario = {
       const tether = median(trios.map((t) => t.tether.perSecond));
       const raw = median(trios.map((t) => t.rawPerSecond));
       const sio = median(trios.map((t) => t.sio));
-      const cpu = (name: string, i: number) =>
-        fmt.int(median(trios.map((t) => (t.use[i]!.cpu[name] ?? 0) / t.tether.events)) * 1000);
+      /** CPU µs per stored event of process `name` in the i-th measured run of each repetition (0 Tether, 2 Socket.IO). */
+      const cpuPer = (name: string, i: number) =>
+        median(trios.map((t) => (t.use[i]!.cpu[name] ?? 0) / t.tether.events)) * 1000;
+      const cpu = (name: string, i: number) => fmt.int(cpuPer(name, i));
       ctx.note(
         `(a2, a3) CPU per message (median, µs): Tether host ${cpu('host', 0)} + nats-server ${cpu('nats-server', 0)}, its fleet ${cpu('fleet', 0)}; Socket.IO server ${cpu('socketio', 2)}, its fleet ${cpu('fleet', 2)}.`,
       );
@@ -119,6 +121,16 @@ export const fanOut: Scenario = {
           tether: per(tether, 'events/s'),
           baseline: per(sio, 'msgs/s'),
           target: { op: '>', value: 1, say: '(ahead of Socket.IO)' },
+        },
+        {
+          id: 'a6',
+          what: `CPU per stored-and-delivered event: the Tether host process in (a2) vs the Socket.IO server process in (a3) per delivered message, the same payloads and fan-out (${plan.conversations} conversations × ${CLIENTS} clients), median of the runs; CPU per delta: (o5)`,
+          tether: {
+            value: cpuPer('host', 0),
+            text: `${fmt.int(cpuPer('host', 0))} µs/event (nats-server ${cpu('nats-server', 0)} µs)`,
+          },
+          baseline: { value: cpuPer('socketio', 2), text: `${fmt.int(cpuPer('socketio', 2))} µs/message` },
+          target: { op: '≤', value: 1.5 },
         },
         { id: 'a4', what: what('p50'), tether: msFigure(m('p50'), at(tether)), baseline: msFigure(m('s50'), at(sio)) },
         { id: 'a5', what: what('p99'), tether: msFigure(m('p99'), at(tether)), baseline: msFigure(m('s99'), at(sio)) },
