@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { chatDeliveryProblems, chatLogProblems } from '../support/chatChecks.ts';
+import { chatDeliveryProblems, chatLogProblems, openChatters } from '../support/chatChecks.ts';
 import { useE2e } from '../support/e2e.ts';
 import { untilQuiet } from '../support/faults.ts';
 import {
@@ -9,8 +9,8 @@ import {
   type ClusterServer,
   type NatsCluster,
 } from '../support/natsCluster.ts';
-import { ResendingChatter } from '../support/resendingChatter.ts';
-import { createConversation, type ServerProcess } from '../support/serverProcess.ts';
+import type { ResendingChatter } from '../support/resendingChatter.ts';
+import type { ServerProcess } from '../support/serverProcess.ts';
 import { SERVER_WAIT, until } from '../support/until.ts';
 import type { WsClient } from '../support/wsClient.ts';
 
@@ -75,14 +75,10 @@ describe('a rolling restart of the nats-servers under chatting ws clients', () =
       console.log(`timeline: ${timeline.join('; ')}`);
       for (const name of NODES) console.log(`stderr of ${name} (tail):\n${node(name).stderr().slice(-6_000)}`);
     });
-    const ids = await Promise.all(
-      Array.from({ length: CONVERSATIONS }, (_, c) => createConversation(node(NODES[c % NODES.length]!).baseUrl)),
-    );
-    await untilQuiet(node('a').baseUrl, ids, { timeoutMs: 30_000, stableMs: 100 });
-    const chatters = ids.flatMap((id, c) =>
-      NODES.map((name) => new ResendingChatter(node(name).wsUrl, id, `c${c}-via-${name}`, { ...CHATTER, sockets })),
-    );
-    expect(await Promise.all(chatters.map((c) => c.open()))).toEqual(chatters.map(() => true));
+    // Created through a and b in turn, each owning half; a client on each node for each conversation.
+    const nodeList = NODES.map((name) => ({ name, server: node(name) }));
+    const { ids, chatters, opened } = await openChatters(nodeList, CONVERSATIONS, { ...CHATTER, sockets });
+    expect(opened).toEqual(chatters.map(() => true));
     const runs = chatters.map((c) => c.run());
     await until(() => chatters.every((c) => c.acksSince(0) >= ACKS_BEFORE), 'every client acknowledged', {
       ...SERVER_WAIT,

@@ -1,12 +1,11 @@
 import { jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { connectNats } from '../../src/store/natsConnection.ts';
-import { chatDeliveryProblems, chatLogProblems } from '../support/chatChecks.ts';
+import { chatDeliveryProblems, chatLogProblems, openChatters } from '../support/chatChecks.ts';
 import { ReadyzProbe, untilQuiet } from '../support/faults.ts';
 import { useE2e } from '../support/e2e.ts';
 import { connectionNames, untilReplicasCurrent, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
-import { ResendingChatter } from '../support/resendingChatter.ts';
-import { createConversation, http, type ServerProcess } from '../support/serverProcess.ts';
+import { http, type ServerProcess } from '../support/serverProcess.ts';
 import { SERVER_WAIT, until } from '../support/until.ts';
 import type { WsClient } from '../support/wsClient.ts';
 
@@ -106,16 +105,10 @@ describe('kill -9 of the nats-server a node is connected to, under 20 chatting w
       console.log(`timeline: ${timeline.join('; ')}`);
       for (const name of NODES) console.log(`stderr of ${name} (tail):\n${node(name).stderr().slice(-6_000)}`);
     });
-    // Created through a and b in turn, so each node owns half; one client on each node for each
-    // conversation, so that half the clients send through a node that forwards to the owner.
-    const ids = await Promise.all(
-      Array.from({ length: CONVERSATIONS }, (_, c) => createConversation(node(NODES[c % NODES.length]!).baseUrl)),
-    );
-    await untilQuiet(node('a').baseUrl, ids, { timeoutMs: 30_000, stableMs: 100 });
-    const chatters = ids.flatMap((id, c) =>
-      NODES.map((name) => new ResendingChatter(node(name).wsUrl, id, `c${c}-via-${name}`, { ...CHATTER, sockets })),
-    );
-    expect(await Promise.all(chatters.map((c) => c.open()))).toEqual(chatters.map(() => true));
+    // Created through a and b in turn, each owning half; a client on each node for each conversation.
+    const nodeList = NODES.map((name) => ({ name, server: node(name) }));
+    const { ids, chatters, opened } = await openChatters(nodeList, CONVERSATIONS, { ...CHATTER, sockets });
+    expect(opened).toEqual(chatters.map(() => true));
     const victim = await untilConnected('a', 5_000);
     const serverOfB = await untilConnected('b', 5_000);
     await leadOn(victim, EVENTS_STREAM);

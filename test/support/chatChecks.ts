@@ -1,8 +1,9 @@
 // What chatting clients (ResendingChatter) were told, checked against what was stored
 // and what each of their sockets got: for tests that break NATS or nodes under load.
 import type { LoggedEvent } from '../../protocol/index.ts';
-import { answersTo, crashLogProblems, deliveryProblem, userMessages, type MessageAck } from './faults.ts';
-import type { ResendingChatter } from './resendingChatter.ts';
+import { answersTo, crashLogProblems, deliveryProblem, untilQuiet, userMessages, type MessageAck } from './faults.ts';
+import { ResendingChatter, type ResendingChatterOptions } from './resendingChatter.ts';
+import { createConversation, type ServerProcess } from './serverProcess.ts';
 
 /** Open sockets catching up with the end of the log, all at once. */
 const DELIVERY_TIMEOUT_MS = 10_000;
@@ -65,4 +66,25 @@ export async function chatDeliveryProblems(
       problems.push(`${chatter.name}: invalid frames ${JSON.stringify(connection.ws.invalid).slice(0, 300)}`);
   }
   return problems;
+}
+
+/**
+ * `count` conversations created through `nodes` in turn (each owns its share),
+ * left to settle, and a chatter on every node for each of them (so that some
+ * clients send through a node that forwards to the owner), each opened: the
+ * opens' results, true once caught up.
+ */
+export async function openChatters(
+  nodes: ReadonlyArray<{ name: string; server: ServerProcess }>,
+  count: number,
+  options: ResendingChatterOptions,
+): Promise<{ ids: string[]; chatters: ResendingChatter[]; opened: boolean[] }> {
+  const ids = await Promise.all(
+    Array.from({ length: count }, (_, c) => createConversation(nodes[c % nodes.length]!.server.baseUrl)),
+  );
+  await untilQuiet(nodes[0]!.server.baseUrl, ids, { timeoutMs: 30_000, stableMs: 100 });
+  const chatters = ids.flatMap((id, c) =>
+    nodes.map(({ name, server }) => new ResendingChatter(server.wsUrl, id, `c${c}-via-${name}`, options)),
+  );
+  return { ids, chatters, opened: await Promise.all(chatters.map((c) => c.open())) };
 }
