@@ -6,6 +6,7 @@ import {
   embeddedNatsPid,
   idProblem,
   isUserMessageFrame,
+  stopProcess,
   untilQuiet,
   type Connection,
 } from '../support/faults.ts';
@@ -29,7 +30,7 @@ describe('a hung NATS server', () => {
     const nats = embeddedNatsPid(server.dataDir);
     expect(nats).toBeDefined();
     expect((await http(server.baseUrl, 'GET', '/readyz')).status).toBe(200);
-    process.kill(nats!, 'SIGSTOP');
+    await stopProcess(nats!);
     let error: Frame;
     let readyWhileHung: number;
     try {

@@ -29,6 +29,23 @@ export function embeddedNatsPid(dataDir: string): number | undefined {
   return undefined;
 }
 
+/**
+ * SIGSTOP of process `pid`, resolved once every one of its threads is stopped
+ * (state `T` in /proc): until then a thread already running may still answer.
+ */
+export async function stopProcess(pid: number): Promise<void> {
+  process.kill(pid, 'SIGSTOP');
+  const stopped = () =>
+    readdirSync(`/proc/${pid}/task`).every((task) => {
+      const stat = readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'T';
+    });
+  for (let i = 0; !stopped(); i++) {
+    if (i >= 200) throw new Error(`process ${pid} did not stop within 2 s of SIGSTOP`);
+    await sleep(10);
+  }
+}
+
 /** kill -9 of the Tether process; resolves once it is gone. */
 export async function killHard(server: ServerProcess): Promise<ServerExit> {
   server.kill('SIGKILL');
