@@ -4,6 +4,7 @@ import { ClientFrame, eventBytes, type LoggedEvent, type ServerFrame, type Statu
 import type { ConnectPoint, FeedMember } from '../queries/index.ts';
 import { DeltaCursor } from './deltaCursor.ts';
 import { formatZodError, toPublicError } from './errorMapping.ts';
+import { holdForTurn } from './turnCork.ts';
 import type { WsGatewayOptions } from './wsGateway.ts';
 
 /** The close codes of the contract (docs/protocol.md). */
@@ -33,6 +34,7 @@ const FRAME_END = Buffer.from('}');
 const FRAGMENT_FROM_BYTES = 64 * 1024;
 
 function sendEventFrame(ws: WebSocket, logged: LoggedEvent): void {
+  holdForTurn(ws);
   const body = eventBytes(logged.event);
   const head = `{"type":"event","seq":${logged.seq},"event":`;
   if (body.length >= FRAGMENT_FROM_BYTES) {
@@ -163,6 +165,7 @@ export class ClientConnection {
   #event(logged: LoggedEvent): Promise<void> | undefined {
     const ws = this.#ws;
     if (this.#stopped || ws.readyState !== ws.OPEN) return undefined;
+    holdForTurn(ws);
     for (const delta of this.#deltaCursor.before(logged, this.#member?.deltas() ?? null)) ws.send(delta);
     sendEventFrame(ws, logged);
     const maxPending = this.#maxPending();
@@ -182,6 +185,7 @@ export class ClientConnection {
   #deltas(): void {
     const ws = this.#ws;
     if (this.#stopped || ws.readyState !== ws.OPEN) return;
+    holdForTurn(ws);
     for (const delta of this.#deltaCursor.due(this.#member?.deltas() ?? null)) ws.send(delta);
     if (ws.bufferedAmount > this.#maxPending()) this.#closeSlow();
   }
@@ -295,7 +299,9 @@ async function drained(ws: WebSocket, low: number): Promise<boolean> {
 }
 
 function send(ws: WebSocket, frame: ServerFrame): void {
-  if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(frame));
+  if (ws.readyState !== ws.OPEN) return;
+  holdForTurn(ws);
+  ws.send(JSON.stringify(frame));
 }
 
 function rawText(data: RawData): string {
