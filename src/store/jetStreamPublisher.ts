@@ -152,13 +152,7 @@ export class JetStreamPublisher {
     if (Date.now() + UNAVAILABLE_RETRY_MS >= pending.deadline) return pending.reject(new StoreUnavailableError(why));
     this.#pending.set(reply, pending);
     setTimeout(() => {
-      if (this.#pending.get(reply) !== pending) return;
-      pending.sends += 1;
-      try {
-        this.#nc.publish(pending.subject, pending.payload, { reply, headers: pending.headers });
-      } catch {
-        // Closed meanwhile: close() fails it.
-      }
+      if (this.#pending.get(reply) === pending) this.#sendAgain(reply, pending);
     }, UNAVAILABLE_RETRY_MS).unref();
   }
 
@@ -168,14 +162,19 @@ export class JetStreamPublisher {
       if (status.type !== 'reconnect') continue;
       const deadline = Date.now() + this.#timeoutMs;
       for (const [reply, pending] of this.#pending) {
-        pending.sends += 1;
         pending.deadline = deadline;
-        try {
-          this.#nc.publish(pending.subject, pending.payload, { reply, headers: pending.headers });
-        } catch {
-          // Closed meanwhile: close() fails it.
-        }
+        this.#sendAgain(reply, pending);
       }
+    }
+  }
+
+  /** The same message, headers and reply subject once more (its msg id keeps it stored once). */
+  #sendAgain(reply: string, pending: Pending): void {
+    pending.sends += 1;
+    try {
+      this.#nc.publish(pending.subject, pending.payload, { reply, headers: pending.headers });
+    } catch {
+      // Closed meanwhile: close() fails it.
     }
   }
 

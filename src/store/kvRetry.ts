@@ -1,6 +1,6 @@
 import { errors } from '@nats-io/transport-node';
-import { JetStreamApiError } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
+import { noLeaderNow } from './natsErrors.ts';
 
 /** How often, and for how long at most, an operation that met a moment without a stream leader is tried again. */
 const RETRY_EVERY_MS = 100;
@@ -14,18 +14,12 @@ const repeatable = (operation: string, args: unknown[]) =>
   REPEATABLE.has(operation) && (args[1] as { previousSeq?: number } | undefined)?.previousSeq === undefined;
 
 /**
- * Whether NATS said, for certain, that nothing was done, and only for now: no
- * stream listened on the subject (its leader moving, a replica rejoining after
- * a restart: nats.js says "jetstream is not enabled"), or JetStream was
- * between leaders (10008). Not a timeout: a write may have been applied then.
- * The connection dropped before the answer (natsConnection.ts): asked again on
- * the new one when doing it twice changes nothing more than doing it once.
+ * Whether the operation may be tried again: NATS said nothing was done, for
+ * now (noLeaderNow), or the connection dropped before the answer
+ * (natsConnection.ts) and doing it twice changes nothing more than once.
  */
 function passesSoon(err: unknown, repeatable: boolean): boolean {
-  if (!(err instanceof Error)) return false;
-  if (err.name === 'JetStreamNotEnabled' || err instanceof errors.NoRespondersError) return true;
-  if (err instanceof JetStreamApiError && err.code === 10008) return true;
-  return repeatable && err instanceof errors.RequestError;
+  return noLeaderNow(err) || (repeatable && err instanceof errors.RequestError);
 }
 
 /**

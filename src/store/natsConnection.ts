@@ -124,8 +124,7 @@ export async function connectNats(url: string, options: ConnectNatsOptions): Pro
       // fifth of the append path's CPU; errors are translated where they enter anyway.
       noAsyncTraces: true,
     });
-    leaveLameDucks(nc);
-    failRequestsOnDisconnect(nc);
+    onConnectionChanges(nc);
     return nc;
   } catch (err) {
     // nats.js may quote the URL it tried: its password never goes further.
@@ -242,34 +241,27 @@ export async function ensureEventStream(jsm: JetStreamManager, options: EventStr
   return untilLed(jsm, await reconcileStream(jsm, updated, { replicas }));
 }
 
-/**
- * A server in lame-duck mode is about to go: move to another one now, while
- * nothing is lost, rather than when it closes the connection (with whatever is
- * in flight). With one server known there is nowhere to go: stay until it closes.
- */
-function leaveLameDucks(nc: NatsConnection): void {
-  void (async () => {
-    for await (const status of nc.status()) {
-      if (status.type === 'ldm' && nc.getServers().length > 1) await nc.reconnect().catch(() => undefined);
-    }
-  })().catch(() => undefined);
-}
-
 /** nats.js's requests under way (its internals: no public API lists them). */
 interface RequestMux {
   protocol?: { muxSubscriptions?: { all(): Array<{ cancel(err?: Error): void }> } };
 }
 
 /**
- * A request out when the connection drops (a KV write, a JetStream API call, a
- * node's forwarded action) may have lost its answer with the old connection:
- * nats.js would wait out its whole timeout (5 s) before saying so. Each fails at
- * once instead, as unavailable, so that its caller goes on or asks again. The
- * event log's appends are sent again instead (JetStreamPublisher).
+ * What a connection does as it changes, for as long as it lives:
+ * - a server in lame-duck mode is about to go: move to another one now, while
+ *   nothing is lost, rather than when it closes the connection with whatever
+ *   is in flight (with one server known there is nowhere to go: stay);
+ * - a request out when the connection drops (a KV write, a JetStream API call,
+ *   a node's forwarded action) may have lost its answer with the old
+ *   connection, and nats.js would wait out its whole timeout (5 s) before
+ *   saying so: each fails at once instead, as unavailable, so that its caller
+ *   goes on or asks again. The event log's appends are sent again instead
+ *   (JetStreamPublisher).
  */
-function failRequestsOnDisconnect(nc: NatsConnection): void {
+function onConnectionChanges(nc: NatsConnection): void {
   void (async () => {
     for await (const status of nc.status()) {
+      if (status.type === 'ldm' && nc.getServers().length > 1) await nc.reconnect().catch(() => undefined);
       if (status.type !== 'disconnect') continue;
       for (const request of (nc as unknown as RequestMux).protocol?.muxSubscriptions?.all() ?? [])
         request.cancel(new errors.RequestError('the connection to NATS dropped before the answer came'));

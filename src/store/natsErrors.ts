@@ -12,13 +12,22 @@ const UNAVAILABLE: ReadonlyArray<new (...args: never[]) => Error> = [
   errors.NoRespondersError,
   errors.RequestError,
 ];
-const UNAVAILABLE_NAMES = new Set(['JetStreamNotEnabled']);
 
 export function isUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
-  // 10008: JetStream temporarily unavailable (a stream or the meta group between leaders).
-  if (err instanceof JetStreamApiError && err.code === 10008) return true;
-  return UNAVAILABLE.some((type) => err instanceof type) || UNAVAILABLE_NAMES.has(err.name);
+  return noLeaderNow(err) || UNAVAILABLE.some((type) => err instanceof type);
+}
+
+/**
+ * NATS said, for certain, that nothing was done, and only for now: no stream
+ * listened on the subject (its leader moving, a replica rejoining after a
+ * restart: nats.js says "jetstream is not enabled"), or JetStream was between
+ * leaders (10008). Not a timeout: a write may have been applied then.
+ */
+export function noLeaderNow(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === 'JetStreamNotEnabled' || err instanceof errors.NoRespondersError) return true;
+  return err instanceof JetStreamApiError && err.code === 10008;
 }
 
 /**

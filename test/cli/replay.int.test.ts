@@ -1,12 +1,11 @@
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { natsBinary } from '../support/natsBinary.ts';
+import { runTether } from '../support/tetherCli.ts';
 import { agentStateOf, foldEvents } from '../../machines/index.ts';
 import { StoredEvent } from '../../protocol/index.ts';
 import {
@@ -16,31 +15,6 @@ import {
   type EmbeddedNats,
   type NatsConnection,
 } from '../../src/store/index.ts';
-
-const BIN = fileURLToPath(new URL('../../bin/tether.js', import.meta.url));
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `node bin/tether.js ...` with only the given Tether variables set. */
-function tether(args: string[], env: Record<string, string>): Promise<Run> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^(NATS_URL|TETHER_)/.test(key)));
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
-      env: { ...base, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 const conversationId = () => `replay-${randomBytes(6).toString('hex')}`;
 
@@ -114,7 +88,7 @@ describe('tether replay', () => {
   });
 
   test('prints every stored event with its seq and the transition it caused, then the state and context', async () => {
-    const run = await tether(['replay', id], { NATS_URL: nats.url });
+    const run = await runTether(['replay', id], { NATS_URL: nats.url });
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     const expected = expectedFold(events);
@@ -134,7 +108,7 @@ describe('tether replay', () => {
 
   test('with --at SEQ folds only the events up to that stream sequence', async () => {
     const userMessage = seqs[3]!;
-    const run = await tether(['replay', id, '--at', String(userMessage)], { NATS_URL: nats.url });
+    const run = await runTether(['replay', id, '--at', String(userMessage)], { NATS_URL: nats.url });
     expect(run.code).toBe(0);
     const expected = expectedFold(events.slice(0, 4));
     expect(expected.agentState).toBe('running');
@@ -144,7 +118,7 @@ describe('tether replay', () => {
   });
 
   test('with --json gives the whole replay as one JSON object', async () => {
-    const run = await tether(['replay', id, '--json'], { NATS_URL: nats.url });
+    const run = await runTether(['replay', id, '--json'], { NATS_URL: nats.url });
     expect(run.code).toBe(0);
     const report = JSON.parse(run.stdout);
     const expected = expectedFold(events);
@@ -161,7 +135,7 @@ describe('tether replay', () => {
   });
 
   test('joins the nats-server already running on TETHER_DATA_DIR instead of starting a second one', async () => {
-    const run = await tether(['replay', id, '--json'], { TETHER_DATA_DIR: dataDir });
+    const run = await runTether(['replay', id, '--json'], { TETHER_DATA_DIR: dataDir });
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     const report = JSON.parse(run.stdout);
@@ -171,14 +145,14 @@ describe('tether replay', () => {
 
   test('says on stderr that a conversation is unknown, with exit code 1', async () => {
     const missing = conversationId();
-    const run = await tether(['replay', missing], { NATS_URL: nats.url });
+    const run = await runTether(['replay', missing], { NATS_URL: nats.url });
     expect(run.code).toBe(1);
     expect(run.stdout).toBe('');
     expect(run.stderr).toContain(`tether replay: unknown conversation ${missing}`);
   });
 
   test('says when --at is before the conversation’s first event', async () => {
-    const run = await tether(['replay', id, '--at', String(seqs[0]! - 1)], { NATS_URL: nats.url });
+    const run = await runTether(['replay', id, '--at', String(seqs[0]! - 1)], { NATS_URL: nats.url });
     expect(run.code).toBe(1);
     expect(run.stderr).toContain(`has no event at or before seq ${seqs[0]! - 1}`);
   });
@@ -186,7 +160,7 @@ describe('tether replay', () => {
   test('refuses bad arguments with exit code 2 before touching NATS', async () => {
     const unreachable = 'nats://127.0.0.1:1';
     for (const args of [['replay'], ['replay', id, '--at', 'soon'], ['replay', 'a.b'], ['replay', id, '--bogus']]) {
-      const run = await tether(args, { NATS_URL: unreachable });
+      const run = await runTether(args, { NATS_URL: unreachable });
       expect(run.code, args.join(' ')).toBe(2);
       expect(run.stderr).toMatch(/^tether replay: .+\nusage: tether replay/);
     }
@@ -194,14 +168,14 @@ describe('tether replay', () => {
 
   test('reports an unreachable NATS_URL with exit code 1', async () => {
     const url = `nats://127.0.0.1:${await freePort()}`;
-    const run = await tether(['replay', id], { NATS_URL: url });
+    const run = await runTether(['replay', id], { NATS_URL: url });
     expect(run.code).toBe(1);
     expect(run.stderr).toContain(`cannot connect to NATS at ${url}`);
   });
 
   test('reports a data dir that holds no store, without creating one', async () => {
     const empty = join(dataDir, 'no-such-dir');
-    const run = await tether(['replay', id], { TETHER_DATA_DIR: empty });
+    const run = await runTether(['replay', id], { TETHER_DATA_DIR: empty });
     expect(run.code).toBe(1);
     expect(run.stderr).toContain(`no Tether store at ${join(empty, 'nats')}`);
     await expect(readdir(empty)).rejects.toThrow(/ENOENT/);
@@ -231,7 +205,7 @@ describe('tether replay on a data dir where no server runs', () => {
       await nc.close();
       await nats.stop();
 
-      const run = await tether(['replay', id, '--json'], { TETHER_DATA_DIR: dataDir });
+      const run = await runTether(['replay', id, '--json'], { TETHER_DATA_DIR: dataDir });
       expect(run.stderr).toBe('');
       expect(run.code).toBe(0);
       const report = JSON.parse(run.stdout);

@@ -2,12 +2,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect as connectTcp } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
 import { natsBinary } from '../support/natsBinary.ts';
 import { operatorMode, type OperatorMode } from '../support/natsJwt.ts';
 import { createConversation, eventsWhen, freePort, startServer, type ServerProcess } from '../support/serverProcess.ts';
+import { runTether } from '../support/tetherCli.ts';
 import { until } from '../support/until.ts';
 
 /*
@@ -17,7 +18,6 @@ import { until } from '../support/until.ts';
  * does not know is refused at start with a message that names NATS_CREDS.
  */
 
-const BIN = resolve(import.meta.dirname, '../../bin/tether.js');
 const dir = mkdtempSync(join(tmpdir(), 'tether-nats-creds-'));
 let nats: ChildProcess;
 let natsLog = '';
@@ -31,29 +31,6 @@ function listening(port: number): Promise<boolean> {
   return new Promise((done) => {
     const socket = connectTcp(port, '127.0.0.1', () => done(socket.end() !== undefined));
     socket.on('error', () => done(false));
-  });
-}
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `node bin/tether.js ...` with only the given NATS and Tether variables set. */
-function tether(args: string[], env: Record<string, string>): Promise<Run> {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([key]) => !/^(NATS_|TETHER_)/.test(key)));
-  return new Promise((done, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
-      env: { ...base, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => done({ code, stdout, stderr }));
   });
 }
 
@@ -111,7 +88,7 @@ describe('NATS_CREDS', () => {
   });
 
   it('lets `tether replay` read the conversation back, with what the node wrote as it stopped', async () => {
-    const run = await tether(['replay', id], { NATS_URL: natsUrl, NATS_CREDS: creds });
+    const run = await runTether(['replay', id], { NATS_URL: natsUrl, NATS_CREDS: creds });
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     const lines = run.stdout.split('\n');
@@ -137,7 +114,7 @@ describe('NATS_CREDS', () => {
     // The CLI and the node, side by side: both refused at start.
     const env = { NATS_URL: natsUrl, NATS_CREDS: file };
     const [run, refused] = await Promise.all([
-      tether(['replay', id], env),
+      runTether(['replay', id], env),
       startServer({ env }).then(
         async (started) => {
           await started.stop();

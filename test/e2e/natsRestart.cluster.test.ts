@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { chatDeliveryProblems, chatLogProblems, openChatters } from '../support/chatChecks.ts';
+import { chatDeliveryProblems, chatLogProblems, failureTimeline, openChatters } from '../support/chatChecks.ts';
 import { useE2e } from '../support/e2e.ts';
 import { untilQuiet } from '../support/faults.ts';
 import {
@@ -68,15 +68,9 @@ beforeAll(async () => {
 
 describe('a rolling restart of the nats-servers under chatting ws clients', () => {
   it('moves the nodes off each server in time, keeps every message once, and measures the longest stall', async (ctx) => {
-    const startedAt = Date.now();
-    const timeline: string[] = [];
-    const mark = (what: string) => timeline.push(`${Date.now() - startedAt} ms: ${what}`);
-    ctx.onTestFailed(() => {
-      console.log(`timeline: ${timeline.join('; ')}`);
-      for (const name of NODES) console.log(`stderr of ${name} (tail):\n${node(name).stderr().slice(-6_000)}`);
-    });
-    // Created through a and b in turn, each owning half; a client on each node for each conversation.
     const nodeList = NODES.map((name) => ({ name, server: node(name) }));
+    const { mark } = failureTimeline(ctx, nodeList);
+    // Created through a and b in turn, each owning half; a client on each node for each conversation.
     const { ids, chatters, opened } = await openChatters(nodeList, CONVERSATIONS, { ...CHATTER, sockets });
     expect(opened).toEqual(chatters.map(() => true));
     const runs = chatters.map((c) => c.run());

@@ -1,7 +1,7 @@
 import { jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { connectNats } from '../../src/store/natsConnection.ts';
-import { chatDeliveryProblems, chatLogProblems, openChatters } from '../support/chatChecks.ts';
+import { chatDeliveryProblems, chatLogProblems, failureTimeline, openChatters } from '../support/chatChecks.ts';
 import { ReadyzProbe, untilQuiet } from '../support/faults.ts';
 import { useE2e } from '../support/e2e.ts';
 import { connectionNames, untilReplicasCurrent, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
@@ -98,15 +98,9 @@ async function readyz(name: NodeName): Promise<number> {
 
 describe('kill -9 of the nats-server a node is connected to, under 20 chatting ws clients', () => {
   it('moves the node to another server, gets it ready again, and keeps every acknowledged message exactly once', async (ctx) => {
-    const startedAt = Date.now();
-    const timeline: string[] = [];
-    const mark = (what: string) => timeline.push(`${Date.now() - startedAt} ms: ${what}`);
-    ctx.onTestFailed(() => {
-      console.log(`timeline: ${timeline.join('; ')}`);
-      for (const name of NODES) console.log(`stderr of ${name} (tail):\n${node(name).stderr().slice(-6_000)}`);
-    });
-    // Created through a and b in turn, each owning half; a client on each node for each conversation.
     const nodeList = NODES.map((name) => ({ name, server: node(name) }));
+    const { startedAt, mark } = failureTimeline(ctx, nodeList);
+    // Created through a and b in turn, each owning half; a client on each node for each conversation.
     const { ids, chatters, opened } = await openChatters(nodeList, CONVERSATIONS, { ...CHATTER, sockets });
     expect(opened).toEqual(chatters.map(() => true));
     const victim = await untilConnected('a', 5_000);

@@ -88,3 +88,20 @@ export async function openChatters(
   );
   return { ids, chatters, opened: await Promise.all(chatters.map((c) => c.open())) };
 }
+
+/**
+ * A timeline the test marks as it goes, printed with the tail of each node's
+ * stderr if the test fails.
+ */
+export function failureTimeline(
+  ctx: { onTestFailed(fn: () => void): void },
+  nodes: ReadonlyArray<{ name: string; server: ServerProcess }>,
+): { startedAt: number; mark: (what: string) => void } {
+  const startedAt = Date.now();
+  const timeline: string[] = [];
+  ctx.onTestFailed(() => {
+    console.log(`timeline: ${timeline.join('; ')}`);
+    for (const { name, server } of nodes) console.log(`stderr of ${name} (tail):\n${server.stderr().slice(-6_000)}`);
+  });
+  return { startedAt, mark: (what) => timeline.push(`${Date.now() - startedAt} ms: ${what}`) };
+}
