@@ -2,7 +2,7 @@ import { DEFAULT_RATE_LIMIT_RETRIES } from '../machines/index.ts';
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { parseTokens } from './server/auth.ts';
-import { parseSecretsKey, type NatsAuth } from './store/index.ts';
+import { DEFAULT_TAIL_LIMITS, parseSecretsKey, type NatsAuth } from './store/index.ts';
 import { DEFAULT_MAX_ATTEMPTS, type SessionLimits } from './host/index.ts';
 import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_FRAME_BYTES } from './tether.ts';
 import { McpServersSetting, type McpServers } from './mcp/index.ts';
@@ -38,6 +38,8 @@ export const ConfigSchema = z.object({
   TETHER_MAX_FRAME_BYTES: positiveInt.default(DEFAULT_MAX_FRAME_BYTES),
   TETHER_MAX_BODY_BYTES: positiveInt.default(DEFAULT_MAX_BODY_BYTES),
   TETHER_MAX_PENDING_BYTES: positiveInt.default(8_388_608),
+  TETHER_RESUME_TAIL_BYTES: z.coerce.number().int().min(0).default(DEFAULT_TAIL_LIMITS.totalBytes),
+  TETHER_RESUME_TAIL_KEEP_MS: z.coerce.number().int().min(0).default(DEFAULT_TAIL_LIMITS.keepMs),
   TETHER_WS_FRAMES_PER_SECOND: positiveInt.default(100),
   TETHER_WS_FRAME_BURST: positiveInt.default(200),
   TETHER_MAX_CONNECTIONS_PER_CONVERSATION: positiveInt.default(32),
@@ -125,6 +127,8 @@ export interface Config {
   /** A call the model did not rate (UNKNOWN) waits in confirmation mode. */
   confirmUnknown: boolean;
   outputCapBytes: number;
+  /** What each node keeps in memory of the conversations it follows, to serve a resume (0 bytes: nothing). */
+  resumeTail: { totalBytes: number; keepMs: number };
   logLevel: z.infer<typeof ConfigSchema>['TETHER_LOG_LEVEL'];
   limits: SessionLimits;
   agentDelayMs: number;
@@ -197,6 +201,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     },
     confirmUnknown: c.TETHER_CONFIRM_UNKNOWN,
     outputCapBytes: c.TETHER_OUTPUT_CAP_BYTES,
+    resumeTail: { totalBytes: c.TETHER_RESUME_TAIL_BYTES, keepMs: c.TETHER_RESUME_TAIL_KEEP_MS },
     logLevel: c.TETHER_LOG_LEVEL,
     agentDelayMs: c.TETHER_AGENT_DELAY_MS,
     agentDeltaMs: c.TETHER_AGENT_DELTA_MS,

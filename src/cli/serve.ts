@@ -72,6 +72,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<numbe
     const opened = await whileJetStreamStarts(config, logger, async () => ({
       stores: await jetStreamStores(connection, {
         replicas,
+        tail: config.resumeTail,
         onFollowError: (err) => logger.warn('the live feed failed; it starts again where it stopped', errorFields(err)),
       }),
       // Sealed where every node reads them; a shared NATS without a key refuses secrets (another node could not use them).

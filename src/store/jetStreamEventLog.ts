@@ -19,6 +19,7 @@ import type {
   ReadPage,
 } from './eventLog.ts';
 import { LogSubscriptions } from './logSubscriptions.ts';
+import type { TailLimits } from './logTail.ts';
 import { assertConversationId } from './assertConversationId.ts';
 import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
@@ -39,6 +40,8 @@ import { OrderedConsumers } from './orderedConsumers.ts';
 export interface JetStreamEventLogOptions extends EventStreamOptions {
   /** Told when the follow that feeds subscriptions failed; it starts again where it stopped, nothing is skipped. */
   onFollowError?: (err: unknown) => void;
+  /** What the follow keeps of each followed conversation to serve a resume from memory (DEFAULT_TAIL_LIMITS). */
+  tail?: Partial<TailLimits>;
 }
 
 /** A read that receives nothing for this long while messages are pending means the subject was purged under us. */
@@ -82,7 +85,7 @@ export class JetStreamEventLog implements EventLog {
     this.#nc = nc;
     this.#consumers = new OrderedConsumers(nc);
     this.#jsm = jsm;
-    this.#subscriptions = new LogSubscriptions(this, options.onFollowError);
+    this.#subscriptions = new LogSubscriptions(this, { onFollowError: options.onFollowError, tail: options.tail });
   }
 
   get #publisher(): JetStreamPublisher {
@@ -190,6 +193,7 @@ export class JetStreamEventLog implements EventLog {
 
   async purge(conversationId: string): Promise<void> {
     const subject = subjectFor(this.subjectPrefix, conversationId);
+    this.#subscriptions.forget(conversationId);
     try {
       await this.#jsm.streams.purge(this.stream, { filter: subject });
     } catch (err) {

@@ -118,6 +118,7 @@ export class MemoryEventLog implements EventLog {
     assertConversationId(conversationId);
     // Like a subject purge: the stream sequence and the dedupe window stay.
     this.#logs.delete(conversationId);
+    this.#subscriptions.forget(conversationId);
   }
 
   #pruneSeen(now: number): void {

@@ -14,6 +14,7 @@ import type { SnapshotStore } from './snapshotStore.ts';
 import { memoryStatusChannel, natsStatusChannel, type StatusChannel } from './statusChannel.ts';
 import { memoryDeltaChannel, natsDeltaChannel, type DeltaChannel } from './deltaChannel.ts';
 import type { Replication } from './streamSettings.ts';
+import type { TailLimits } from './logTail.ts';
 
 /** Everything a Tether keeps: the event log, conversation records, snapshots, checkpoints. */
 export interface Stores {
@@ -44,6 +45,8 @@ export interface JetStreamStoreNames {
 export interface JetStreamStoreOptions extends JetStreamStoreNames, Replication {
   /** Told when the event log's follow failed; it starts again where it stopped (see JetStreamEventLogOptions). */
   onFollowError?: (err: unknown) => void;
+  /** What the follow keeps of each followed conversation to serve a resume from memory (see TailLimits). */
+  tail?: Partial<TailLimits>;
 }
 
 /** The stores on JetStream and KV, creating the stream and buckets when missing and bringing their replicas to `names.replicas`. */
@@ -54,6 +57,7 @@ export async function jetStreamStores(nc: NatsConnection, names: JetStreamStoreO
       subjectPrefix: names.subjectPrefix,
       replicas: names.replicas,
       onFollowError: names.onFollowError,
+      tail: names.tail,
     }),
     kvConversationStore(nc, { bucket: names.conversationBucket, replicas: names.replicas }),
     kvSnapshotStore(nc, { bucket: names.snapshotBucket, replicas: names.replicas }),

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, onTestFinished, test, vi } from 'vitest';
 import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { StoreUnavailableError } from '../../src/store/errors.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
@@ -136,6 +136,25 @@ describe('JetStreamEventLog on nats-server', () => {
     subscription.close();
     expect(got.items).toEqual(seqs.slice(1).map((seq, i) => ({ seq, event: message(c, i + 1) })));
     expect(got.failures).toEqual([]);
+  });
+
+  test('a subscriber back within the time kept is caught up from the node’s memory, without reading the stream', async () => {
+    const log = await freshLog();
+    const c = newConversationId();
+    const first = log.subscribe(c, 0, collector());
+    await first.caughtUp;
+    first.close();
+    const seqs = await appendMany(log, c, 50);
+    const reads = vi.spyOn(log, 'read');
+    const got = collector();
+    const again = log.subscribe(c, seqs[9]!, got);
+    await again.caughtUp;
+    // Those the follow had not delivered yet when it subscribed come live.
+    await got.until(40);
+    again.close();
+    expect(reads).not.toHaveBeenCalled();
+    expect(got.items).toEqual((await log.read(c, { afterSeq: seqs[9]! })).items);
+    expect(got.items.map((e) => e.seq)).toEqual(seqs.slice(10));
   });
 
   test('calls on a closed connection fail with StoreUnavailableError', async () => {

@@ -1,39 +1,9 @@
 import { describe, expect, test } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
-import type { FollowHandlers } from '../../src/store/index.ts';
 import { memoryEventLog } from '../../src/store/memoryEventLog.ts';
 import { LogSubscriptions } from '../../src/store/logSubscriptions.ts';
+import { lossy } from '../support/lossyFollow.ts';
 import { appendMany, collector, newConversationId } from './eventLogContract.ts';
-
-/** Subscriptions on a memory log whose follow loses the events `drop` picks, as a follow that fell behind would. */
-function lossy(drop: (logged: LoggedEvent) => boolean) {
-  const log = memoryEventLog();
-  const dropped: LoggedEvent[] = [];
-  let follows = 0;
-  let stops = 0;
-  const subscriptions = new LogSubscriptions({
-    read: (id, options) => log.read(id, options),
-    last: (id) => log.last(id),
-    follow: (handlers: FollowHandlers) => {
-      follows += 1;
-      const follower = log.follow({
-        ...handlers,
-        event: (conversationId, logged) => {
-          if (drop(logged)) dropped.push(logged);
-          else handlers.event(conversationId, logged);
-        },
-      });
-      return {
-        ready: follower.ready,
-        stop: () => {
-          stops += 1;
-          return follower.stop();
-        },
-      };
-    },
-  });
-  return { log, subscriptions, dropped, follows: () => follows, stops: () => stops };
-}
 
 describe('log subscriptions', () => {
   test('an event the follow skipped is read from the log when the next one comes: every event once, in order', async () => {
@@ -178,8 +148,8 @@ describe('log subscriptions', () => {
     expect(seen).toEqual([0, 1, 2, 3]);
   });
 
-  test('one follow feeds every subscription; it stops with the last one and starts again for the next', async () => {
-    const { log, subscriptions, follows, stops } = lossy(() => false);
+  test('one follow feeds every subscription; it stops with the last one (nothing kept) and starts again for the next', async () => {
+    const { log, subscriptions, follows, stops } = lossy(() => false, { tail: { keepMs: 0 } });
     const [a, b] = [newConversationId(), newConversationId()];
     const first = [subscriptions.subscribe(a, 0, collector()), subscriptions.subscribe(b, 0, collector())];
     await Promise.all(first.map((s) => s.caughtUp));
