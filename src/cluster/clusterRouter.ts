@@ -1,5 +1,5 @@
 import type { DeltaFrame, PassivationReason, UserAction } from '../../protocol/index.ts';
-import { isDeltaFrame, type AppendResult, type ClusterBus } from '../store/index.ts';
+import { firstAnswer, isDeltaFrame, type AppendResult, type AttemptSchedule, type ClusterBus } from '../store/index.ts';
 import { errorAnswer, ForwardRequest, isRetryable, NotOwnerError, resultOf } from './forwarding.ts';
 import { ClusterOwnership, type Ownership } from './ownership.ts';
 
@@ -15,6 +15,19 @@ export interface RouterHost {
   deleteHere(conversationId: string, user: string, keepWorkspace: boolean): Promise<void>;
   passivate(conversationId: string, reason: PassivationReason): Promise<void>;
 }
+
+/**
+ * A forwarded action with no answer for a second is sent again beside the
+ * first, then two seconds later, each waiting up to a lease: one that crossed
+ * a nats-server as it stopped is answered by no one (measured in
+ * test/e2e/natsRestart.cluster.test.ts: clients waited out the whole lease).
+ * Its id stores it once, whichever the owner gets; the first answer is taken.
+ */
+const silentAct = (leaseMs: number): AttemptSchedule => ({
+  everyMs: [1_000, 2_000],
+  timeoutsMs: [leaseMs],
+  attempts: 3,
+});
 
 /**
  * Sends each request to the node that owns the conversation: runs it here
@@ -65,13 +78,24 @@ export class ClusterRouter {
           if (!(err instanceof NotOwnerError) || err.node === null) throw err;
           if (!forwarded) this.forwarded += 1;
           forwarded = true;
-          return resultOf(conversationId, await this.#bus.request(err.node, request(), lease));
+          return resultOf(conversationId, await this.#forward(err.node, request(), lease));
         }
       } catch (err) {
         if (!isRetryable(err) || performance.now() > until) throw err;
         await new Promise((resolve) => setTimeout(resolve, lease / 8));
       }
     }
+  }
+
+  /** Sends `body` to `node`; an action is sent again beside the first while no answer comes (silentAct). */
+  #forward(node: string, body: ForwardRequest, leaseMs: number): Promise<unknown> {
+    const bus = this.#bus!;
+    if (body.op !== 'act') return bus.request(node, body, leaseMs);
+    // Any failure is the answer (the caller asks again when it may): only silence starts another.
+    return firstAnswer((timeoutMs) => bus.request(node, body, timeoutMs), silentAct(leaseMs), {
+      lost: () => false,
+      drop: () => undefined,
+    });
   }
 
   /** A request forwarded by another node: handled here only if this node owns the conversation. */

@@ -1,7 +1,11 @@
 /** When the attempts of `firstAnswer` start and how long each waits. */
 export interface AttemptSchedule {
-  /** A new attempt starts this long after the one before, or as soon as none is waiting. */
-  everyMs: number;
+  /**
+   * A new attempt starts this long after the one before, or as soon as none is
+   * waiting; a list gives attempt n+1's wait after attempt n, its last entry
+   * every wait after.
+   */
+  everyMs: number | readonly number[];
   /** How long attempt n waits for its answer; the last entry for every attempt after. */
   timeoutsMs: readonly number[];
   /** Attempts in all. */
@@ -64,7 +68,8 @@ export async function firstAnswer<T>(
           if (waiting === 0) next();
         },
       );
-      timer = setTimeout(next, schedule.everyMs);
+      const every = schedule.everyMs;
+      timer = setTimeout(next, typeof every === 'number' ? every : every[Math.min(started - 1, every.length - 1)]!);
     };
     next();
   });

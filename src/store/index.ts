@@ -51,6 +51,7 @@ export {
 } from './natsConnection.ts';
 export { JetStreamEventLog, jetStreamEventLog, type JetStreamEventLogOptions } from './jetStreamEventLog.ts';
 export { MemoryEventLog, memoryEventLog, type MemoryEventLogOptions } from './memoryEventLog.ts';
+export { firstAnswer, type AttemptSchedule } from './firstAnswer.ts';
 export { DEFAULT_TAIL_LIMITS, type TailLimits } from './logTail.ts';
 export {
   KvConversationStore,

@@ -1,5 +1,5 @@
 import type { JetStreamManager } from '@nats-io/jetstream';
-import type { NatsConnection, Status } from '@nats-io/transport-node';
+import type { NatsConnection, Status, Subscription } from '@nats-io/transport-node';
 import { parseStoredEvent } from '../../protocol/index.ts';
 import { CreditedPull } from './creditedPull.ts';
 import type { FollowHandlers, LogFollower } from './eventLog.ts';
@@ -18,7 +18,9 @@ const restartDelay = (failures: number) => (failures <= 1 ? FIRST_RESTART_DELAY_
  * The server's heartbeat on an idle pull; two missed in a row and the follow
  * opens a new consumer. nats.js would only ask for the consumer's info again,
  * for ever, when the server that held it was killed (the info times out: it is
- * neither there nor gone), and the feed would stay silent.
+ * neither there nor gone), and the feed would stay silent. (Half a second
+ * was tried for issue 28's rolling restart: no better, and more consumers
+ * made while streams elect.)
  */
 const HEARTBEAT_MS = 1_000;
 const ORPHAN_MS = 60_000;
@@ -55,6 +57,7 @@ export class JetStreamFollower implements LogFollower {
   #wake: (() => void) | undefined;
   #restartNow = false;
   readonly #statuses: AsyncIterable<Status>;
+  readonly #elections: Subscription | undefined;
   readonly #done: Promise<void>;
 
   constructor(options: JetStreamFollowerOptions, handlers: FollowHandlers) {
@@ -65,6 +68,7 @@ export class JetStreamFollower implements LogFollower {
     this.#done = this.#run(started);
     this.#statuses = options.nc.status();
     void this.#restartOnReconnect(this.#statuses);
+    this.#elections = this.#restartOnElection();
   }
 
   async stop(): Promise<void> {
@@ -72,6 +76,7 @@ export class JetStreamFollower implements LogFollower {
     // Without this the connection keeps the iterator as a status listener until its next status event,
     // and a follow that starts and stops as sessions come and go would leave one behind each time.
     (this.#statuses as AsyncIterable<unknown> & { stop?: () => void }).stop?.();
+    this.#elections?.unsubscribe();
     this.#pull?.stop();
     this.#wake?.();
     await this.#done;
@@ -81,14 +86,38 @@ export class JetStreamFollower implements LogFollower {
     try {
       for await (const status of statuses) {
         if (this.#stopped) return;
-        if (status.type !== 'reconnect') continue;
-        this.#restartNow = true;
-        this.#pull?.stop();
-        this.#wake?.();
+        if (status.type === 'reconnect') this.#restart();
       }
     } catch {
       // The connection closed: the follow ends with it.
     }
+  }
+
+  /**
+   * The stream elected a leader (a step-down before a server's restart, a
+   * server gone): a consumer made on the old one may deliver nothing more,
+   * and would be noticed only after two missed heartbeats. A new one at once
+   * instead. Without the right to that advisory (an operator's own
+   * permissions), the heartbeats still notice.
+   */
+  #restartOnElection(): Subscription | undefined {
+    const { nc, stream } = this.#options;
+    try {
+      return nc.subscribe(`$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.${stream}`, {
+        callback: (err) => {
+          if (!err && !this.#stopped) this.#restart();
+        },
+      });
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Ends the pull of the moment: the follow opens a new consumer where it stopped, without waiting. */
+  #restart(): void {
+    this.#restartNow = true;
+    this.#pull?.stop();
+    this.#wake?.();
   }
 
   async #run(started: () => void): Promise<void> {

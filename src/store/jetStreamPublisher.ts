@@ -30,6 +30,16 @@ export interface PublishOptions {
 
 /** How long to wait before sending again a publish that no stream took (503). */
 const UNAVAILABLE_RETRY_MS = 100;
+/**
+ * A publish with no answer this long is sent again, then after twice as long,
+ * and so on within its deadline: one that reached a stream as its leader moved
+ * (a step-down, a server stopping) may be answered by no one. nats.js never
+ * sends a request again; raw publishers through the rolling restart of
+ * test/e2e/natsRestart.cluster.test.ts waited out their whole timeout.
+ */
+const SILENT_RESEND_MS = 500;
+/** How often what is pending is looked at (silent ones sent again, expired ones failed). */
+const SWEEP_MS = 100;
 
 interface Pending {
   resolve: (ack: PubAck) => void;
@@ -41,6 +51,10 @@ interface Pending {
   headers: MsgHdrs;
   /** Times it was sent: after the first, a duplicate ack is the answer to an earlier send of ours. */
   sends: number;
+  /** When it is sent again if no answer came by then. */
+  resendAt: number;
+  /** How long the next wait for an answer is before that. */
+  silentMs: number;
 }
 
 /**
@@ -56,7 +70,8 @@ interface Pending {
  * is connected again, to whichever server: the one that went may have stored it,
  * or not, or its ack was lost on the way; the stream's dedupe keeps it once.
  * Without this an append in flight during a nats-server's restart waited out the
- * whole timeout, and its session was closed.
+ * whole timeout, and its session was closed. One with no answer for half a
+ * second is sent again too, with the connection up (SILENT_RESEND_MS).
  */
 export class JetStreamPublisher {
   readonly #nc: NatsConnection;
@@ -74,7 +89,7 @@ export class JetStreamPublisher {
     this.#timeoutMs = options.timeoutMs ?? 5_000;
     this.#prefix = `${createInbox()}.`;
     this.#sub = nc.subscribe(`${this.#prefix}*`, { callback: (err, msg) => this.#reply(err, msg) });
-    this.#sweeper = setInterval(() => this.#sweep(Date.now()), Math.min(1_000, this.#timeoutMs));
+    this.#sweeper = setInterval(() => this.#sweep(Date.now()), Math.min(SWEEP_MS, this.#timeoutMs));
     this.#sweeper.unref();
     void nc.closed().then(() => this.close());
     void this.#resendOnReconnect();
@@ -87,8 +102,19 @@ export class JetStreamPublisher {
     h.set('Nats-Expected-Last-Subject-Sequence', String(options.expectedLastSubjectSeq));
     h.set('Nats-Msg-Id', options.msgId ?? this.#idPrefix + n);
     return new Promise<PubAck>((resolve, reject) => {
-      const deadline = Date.now() + this.#timeoutMs;
-      this.#pending.set(reply, { resolve, reject, deadline, subject, payload, headers: h, sends: 1 });
+      const now = Date.now();
+      const [deadline, resendAt, silentMs] = [now + this.#timeoutMs, now + SILENT_RESEND_MS, SILENT_RESEND_MS * 2];
+      this.#pending.set(reply, {
+        resolve,
+        reject,
+        deadline,
+        subject,
+        payload,
+        headers: h,
+        sends: 1,
+        resendAt,
+        silentMs,
+      });
       try {
         this.#nc.publish(subject, payload, { reply, headers: h });
       } catch (err) {
@@ -150,6 +176,8 @@ export class JetStreamPublisher {
    */
   #again(reply: string, pending: Pending, why: string): void {
     if (Date.now() + UNAVAILABLE_RETRY_MS >= pending.deadline) return pending.reject(new StoreUnavailableError(why));
+    // Sent again by the timer below, not by the sweep meanwhile.
+    pending.resendAt = Number.POSITIVE_INFINITY;
     this.#pending.set(reply, pending);
     setTimeout(() => {
       if (this.#pending.get(reply) === pending) this.#sendAgain(reply, pending);
@@ -163,6 +191,7 @@ export class JetStreamPublisher {
       const deadline = Date.now() + this.#timeoutMs;
       for (const [reply, pending] of this.#pending) {
         pending.deadline = deadline;
+        pending.silentMs = SILENT_RESEND_MS;
         this.#sendAgain(reply, pending);
       }
     }
@@ -171,6 +200,8 @@ export class JetStreamPublisher {
   /** The same message, headers and reply subject once more (its msg id keeps it stored once). */
   #sendAgain(reply: string, pending: Pending): void {
     pending.sends += 1;
+    pending.resendAt = Date.now() + pending.silentMs;
+    pending.silentMs *= 2;
     try {
       this.#nc.publish(pending.subject, pending.payload, { reply, headers: pending.headers });
     } catch {
@@ -180,7 +211,10 @@ export class JetStreamPublisher {
 
   #sweep(now: number): void {
     for (const [reply, pending] of this.#pending) {
-      if (pending.deadline > now) continue;
+      if (pending.deadline > now) {
+        if (pending.resendAt <= now) this.#sendAgain(reply, pending);
+        continue;
+      }
       this.#pending.delete(reply);
       pending.reject(
         new StoreUnavailableError(

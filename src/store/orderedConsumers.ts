@@ -11,12 +11,15 @@ import { firstAnswer, type AttemptSchedule } from './firstAnswer.ts';
 // Attempts that each waited for the one before to time out had grown to 4 and 8 s by
 // the time the stream had a leader again: one or two lost on the killed server kept
 // a node's live feed, or a rehydration's read, waiting up to 24 s when a new attempt
-// would have been answered at once. The last starts after 15 s and ends by 23 s, as
-// the 5 s default did 5 times.
+// would have been answered at once. The first few start a quarter of a second apart:
+// right after a stream's leader moved (a step-down before a server's restart), a
+// first creation is often lost and the next answered at once, and every client of
+// the node waits for the follow's consumer. The last starts after 15 s and ends by
+// 23 s, as the 5 s default did 5 times.
 const CREATION: AttemptSchedule = {
-  everyMs: 1_000,
-  timeoutsMs: [1_000, 1_000, 1_000, 2_000, 2_000, 4_000, 4_000, 8_000],
-  attempts: 16,
+  everyMs: [250, 250, 500, 1_000],
+  timeoutsMs: [500, 500, 1_000, 1_000, 2_000, 2_000, 4_000, 4_000, 8_000],
+  attempts: 18,
 };
 
 function isTimeout(err: unknown): boolean {

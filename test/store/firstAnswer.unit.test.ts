@@ -20,7 +20,7 @@ function attempts() {
   return { started, attempt };
 }
 
-const SCHEDULE: AttemptSchedule = { everyMs: 10, timeoutsMs: [100, 200, 400], attempts: 5 };
+const SCHEDULE = { everyMs: 10, timeoutsMs: [100, 200, 400], attempts: 5 } satisfies AttemptSchedule;
 const lost = (err: unknown) => err instanceof Lost;
 
 describe('firstAnswer', () => {
@@ -70,6 +70,27 @@ describe('firstAnswer', () => {
     );
     await expect(answer).rejects.toEqual(new Lost(2));
     expect(timeouts).toEqual([1, 2, 2]);
+  });
+
+  test('a list of waits spaces the attempts one by one, its last entry for every one after', async () => {
+    const { started, attempt } = attempts();
+    const at: number[] = [];
+    const t0 = performance.now();
+    const timed = (timeoutMs: number) => (at.push(performance.now() - t0), attempt(timeoutMs));
+    const answer = firstAnswer(
+      timed,
+      { everyMs: [20, 200], timeoutsMs: [10_000], attempts: 4 },
+      { lost, drop: () => undefined },
+    );
+    await until(() => started.length === 3, 'a third attempt');
+    await sleep(100);
+    // The second 20 ms after the first, the third 200 ms after it, the fourth not yet.
+    expect(started).toHaveLength(3);
+    expect(at[1]! - at[0]!).toBeLessThan(150);
+    expect(at[2]! - at[1]!).toBeGreaterThanOrEqual(190);
+    started[2]!.answer('third');
+    expect(await answer).toBe('third');
+    for (const [i, a] of started.entries()) if (i !== 2) a.fail(new Lost(i));
   });
 
   test('once cancelled, no attempt starts, and the ones waiting decide', async () => {

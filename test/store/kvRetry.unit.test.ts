@@ -47,11 +47,44 @@ describe('retryingKv', () => {
     expect(compareDelete.calls).toEqual(['delete']);
   });
 
-  it('does not try again after a timeout, and gives up after 3 s of refusals', async () => {
+  it('makes a read or a plain put again after a timeout, never a write that expects a revision', async () => {
     const timedOut = flakyKv([new errors.TimeoutError()]);
-    await expect(timedOut.kv.put('k', 'v')).rejects.toBeInstanceOf(errors.TimeoutError);
-    expect(timedOut.calls).toHaveLength(1);
+    expect(await timedOut.kv.put('k', 'v')).toBe('ok');
+    expect(timedOut.calls).toEqual(['put', 'put']);
 
+    const update = flakyKv([new errors.TimeoutError()]);
+    await expect(update.kv.update('k', 'v', 3)).rejects.toBeInstanceOf(errors.TimeoutError);
+    expect(update.calls).toEqual(['update']);
+  });
+
+  it('makes a plain put again beside the first when it has no answer for half a second, and takes the first answer', async () => {
+    const calls: number[] = [];
+    const kv = retryingKv({
+      put: () => {
+        calls.push(Date.now());
+        // The first is never answered (it reached a stream as its leader moved); the second is.
+        return calls.length === 1 ? new Promise(() => {}) : Promise.resolve(7);
+      },
+      update: () => new Promise(() => {}),
+    } as unknown as KV);
+    vi.useFakeTimers();
+    try {
+      const put = kv.put('k', 'v');
+      await vi.advanceTimersByTimeAsync(499);
+      expect(calls).toHaveLength(1);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(await put).toBe(7);
+      expect(calls).toHaveLength(2);
+      // A write that expects a revision waits for its own answer alone.
+      void kv.update('k', 'v', 3);
+      await vi.advanceTimersByTimeAsync(5_000);
+      expect(calls).toHaveLength(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('gives up after 3 s of refusals', async () => {
     vi.useFakeTimers();
     try {
       const refusing = flakyKv(Array.from({ length: 100 }, () => notEnabled()));

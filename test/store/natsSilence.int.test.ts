@@ -1,0 +1,93 @@
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { createInbox, type Msg } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import type { LoggedEvent } from '../../protocol/index.ts';
+import type { NatsConnection } from '../../src/store/index.ts';
+import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
+import { JetStreamPublisher } from '../../src/store/jetStreamPublisher.ts';
+import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+import { until } from '../support/until.ts';
+import { appendMany, newConversationId } from './eventLogContract.ts';
+
+/*
+ * What a stream's leader moving does to what is in flight, with the connection
+ * up (issue 28): a publish that reached the old leader may be answered by no
+ * one, and a consumer made on it may deliver nothing more. Both are made again
+ * instead of waited out.
+ */
+
+let nc: NatsConnection;
+let jsm: JetStreamManager;
+beforeAll(async () => {
+  nc = await connectTestNats();
+  jsm = await jetstreamManager(nc);
+});
+afterAll(() => nc.close());
+
+describe('a publish nobody answers', () => {
+  it('is sent again after half a second, with the same msg id, and the answer to that is taken', async () => {
+    const subject = createInbox();
+    const heard: Array<{ at: number; id: string | undefined }> = [];
+    // A stand-in for a stream whose leader moved: the first send gets no answer, the second an ack.
+    const sub = nc.subscribe(subject, {
+      callback: (_err, msg: Msg) => {
+        heard.push({ at: performance.now(), id: msg.headers?.get('Nats-Msg-Id') });
+        if (heard.length === 2) msg.respond(JSON.stringify({ stream: 'S', seq: 42 }));
+      },
+    });
+    onTestFinished(() => sub.unsubscribe());
+    await nc.flush();
+    const publisher = new JetStreamPublisher(nc);
+    onTestFinished(() => publisher.close());
+    const t0 = performance.now();
+    const ack = await publisher.publish(subject, new TextEncoder().encode('{}'), { expectedLastSubjectSeq: 0 });
+    expect(ack).toEqual({ ok: true, seq: 42, duplicate: false });
+    expect(heard).toHaveLength(2);
+    expect(heard[1]!.id).toBe(heard[0]!.id);
+    expect(heard[1]!.at - t0).toBeGreaterThanOrEqual(450);
+    expect(heard[1]!.at - t0).toBeLessThan(1_500);
+  });
+
+  it('is not sent again when answered in time', async () => {
+    const subject = createInbox();
+    let heard = 0;
+    const sub = nc.subscribe(subject, {
+      callback: (_err, msg: Msg) => {
+        heard += 1;
+        msg.respond(JSON.stringify({ stream: 'S', seq: 1 }));
+      },
+    });
+    onTestFinished(() => sub.unsubscribe());
+    await nc.flush();
+    const publisher = new JetStreamPublisher(nc);
+    onTestFinished(() => publisher.close());
+    await publisher.publish(subject, new TextEncoder().encode('{}'), { expectedLastSubjectSeq: 0 });
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect(heard).toBe(1);
+  });
+});
+
+describe('the live feed when its stream elects a leader', () => {
+  it('opens a new consumer at once, where it stopped: nothing missed', async () => {
+    const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
+    onTestFinished(() => jsm.streams.delete(log.stream).then(() => undefined));
+    const got: LoggedEvent[] = [];
+    const follower = log.follow({ wants: () => true, event: (_id, logged) => got.push(logged) });
+    onTestFinished(() => follower.stop());
+    await follower.ready;
+    const consumers = async () => (await jsm.consumers.list(log.stream).next()).map((c) => c.name);
+    const first = await until(async () => ((await consumers()).length === 1 ? consumers() : undefined), 'its consumer');
+    const c = newConversationId();
+    await appendMany(log, c, 3);
+    await until(() => got.length === 3 || undefined, 'the first events');
+    // What nats-server announces when the stream elects a leader (a step-down, a server gone).
+    nc.publish(`$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.${log.stream}`, JSON.stringify({ stream: log.stream }));
+    await until(async () => {
+      const now = await consumers();
+      return now.length === 1 && now[0] !== first[0] ? true : undefined;
+    }, 'a new consumer in place of the first');
+    await appendMany(log, c, 3, 3);
+    await until(() => got.length === 6 || undefined, 'the events after it');
+    expect(got.map((e) => e.event.id)).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+});
