@@ -54,7 +54,7 @@ async function main(): Promise<void> {
   dataDir = await mkdtemp(join(tmpdir(), 'tether-bench-'));
   const nats = await startEmbeddedNats({ dataDir: join(dataDir, 'nats'), binary });
   track('nats-server', nats.pid);
-  const nc = await connectNats(nats.url, { name: 'tether-bench', writePerTurn: false });
+  const nc = await connectNats(nats.url, { name: 'tether-bench' });
   // Kept after the run: the summaries in RESULTS.md name them.
   const profileDir = join(tmpdir(), `tether-bench-profiles-${runId}`);
   const measured: Measured[] = [];

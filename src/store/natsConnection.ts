@@ -22,7 +22,6 @@ import { assertConversationId } from './assertConversationId.ts';
 import { StoreUnavailableError } from './errors.ts';
 import { DUPLICATE_WINDOW_MS } from './eventLogRules.ts';
 import { reconcileStream, refusedCreation, untilLed, type Replication } from './streamSettings.ts';
-import { flushOncePerTurn } from './natsTurnFlush.ts';
 
 export const DEFAULT_STREAM = 'TETHER_EVENTS';
 export const DEFAULT_SUBJECT_PREFIX = 'tether.conv';
@@ -37,8 +36,6 @@ export interface ConnectNatsOptions {
   waitOnFirstConnect?: boolean;
   /** How to prove who we are, beyond what the URL holds (NATS_CREDS, NATS_NKEY, ...). */
   auth?: NatsAuth;
-  /** What is sent in one turn of the event loop leaves in one write (default true; see flushOncePerTurn). */
-  writePerTurn?: boolean;
 }
 
 /**
@@ -128,7 +125,6 @@ export async function connectNats(url: string, options: ConnectNatsOptions): Pro
       noAsyncTraces: true,
     });
     onConnectionChanges(nc);
-    if (options.writePerTurn !== false) flushOncePerTurn(nc);
     return nc;
   } catch (err) {
     // nats.js may quote the URL it tried: its password never goes further.
