@@ -1,4 +1,4 @@
-import { eventBytes, type LoggedEvent } from '../../protocol/index.ts';
+import { eventBytes, parseStoredEvent, type LoggedEvent } from '../../protocol/index.ts';
 
 /** What a node keeps of the conversations it follows, to serve a resume from memory. */
 export interface TailLimits {
@@ -19,6 +19,13 @@ export const DEFAULT_TAIL_LIMITS: TailLimits = {
   keepMs: 120_000,
 };
 
+/** An event as a tail keeps it. */
+interface Kept {
+  seq: number;
+  id: number;
+  bytes: Uint8Array;
+}
+
 /** A page of a tail: the events after a cursor, and the id of the event at (or before) the cursor. */
 export interface TailPage {
   items: LoggedEvent[];
@@ -33,12 +40,14 @@ export interface TailPage {
  * subscription that went live (its cursor and the id there are known) and is
  * fed by the follow from then on; the oldest events leave as the bounds ask,
  * which moves `from` up. An event whose id is not the next one (the follow
- * skipped some) ends it: the caller drops the tail.
+ * skipped some) ends it: the caller drops the tail. Events are kept as their
+ * stored bytes and parsed again when served: a parsed event takes several
+ * times its bytes in memory, and most kept events are never served.
  */
 export class LogTail {
   readonly #limits: TailLimits;
   /** Slots before `#head` are events that left (emptied at once: a large event must not stay until a compaction). */
-  #items: Array<LoggedEvent | undefined> = [];
+  #items: Array<Kept | undefined> = [];
   #head = 0;
   /** Every event of the conversation after this stream sequence is held. */
   #from: number;
@@ -68,18 +77,19 @@ export class LogTail {
     if (logged.seq <= last) return 0;
     if (logged.event.id !== this.#lastId + 1) return undefined;
     const before = this.#bytes;
-    this.#items.push(logged);
+    const bytes = eventBytes(logged.event);
+    this.#items.push({ seq: logged.seq, id: logged.event.id, bytes });
     this.#lastId = logged.event.id;
-    this.#bytes += eventBytes(logged.event).length;
+    this.#bytes += bytes.length;
     while (
       this.#items.length - this.#head > this.#limits.events ||
       (this.#bytes > this.#limits.bytes && this.#items.length - this.#head > 1)
     ) {
       const gone = this.#items[this.#head]!;
       this.#items[this.#head++] = undefined;
-      this.#bytes -= eventBytes(gone.event).length;
+      this.#bytes -= gone.bytes.length;
       this.#from = gone.seq;
-      this.#fromId = gone.event.id;
+      this.#fromId = gone.id;
     }
     if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
       this.#items = this.#items.slice(this.#head);
@@ -99,8 +109,9 @@ export class LogTail {
       if (items[mid]!.seq <= cursor) lo = mid + 1;
       else hi = mid;
     }
-    const idAtCursor = lo > this.#head ? items[lo - 1]!.event.id : this.#fromId;
+    const idAtCursor = lo > this.#head ? items[lo - 1]!.id : this.#fromId;
     const end = Math.min(items.length, lo + limit);
-    return { items: items.slice(lo, end) as LoggedEvent[], hasMore: end < items.length, idAtCursor };
+    const page = (items.slice(lo, end) as Kept[]).map(({ seq, bytes }) => ({ seq, event: parseStoredEvent(bytes) }));
+    return { items: page, hasMore: end < items.length, idAtCursor };
   }
 }
