@@ -1,11 +1,11 @@
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { createInbox, type Msg } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
 import { JetStreamPublisher } from '../../src/store/jetStreamPublisher.ts';
-import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+import { uniqueStreamName, uniqueSubjectPrefix, useTestNats } from '../support/nats.ts';
 import { until } from '../support/until.ts';
 import { appendMany, newConversationId } from './eventLogContract.ts';
 
@@ -18,11 +18,10 @@ import { appendMany, newConversationId } from './eventLogContract.ts';
 
 let nc: NatsConnection;
 let jsm: JetStreamManager;
+useTestNats((connected) => (nc = connected));
 beforeAll(async () => {
-  nc = await connectTestNats();
   jsm = await jetstreamManager(nc);
 });
-afterAll(() => nc.close());
 
 describe('a publish nobody answers', () => {
   it('is sent again after half a second, with the same msg id, and the answer to that is taken', async () => {
