@@ -1,7 +1,7 @@
 import { errors } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
 import { firstAnswer, type AttemptSchedule } from './firstAnswer.ts';
-import { noLeaderNow } from './natsErrors.ts';
+import { isTimeout, noLeaderNow } from './natsErrors.ts';
 
 /** How often, and for how long at most, an operation that met a moment without a stream leader is tried again. */
 const RETRY_EVERY_MS = 100;
@@ -11,13 +11,10 @@ const RETRY_FOR_MS = 3_000;
  * the first still waits, then a second and two later: a write that reached a
  * stream as its leader moved (a step-down before a server's restart) may be
  * answered by no one, and nats.js waits out its 5 s timeout. The conversation
- * index's write did, and held its session's answer that long.
+ * index's write did, and held its session's answer that long. (Each attempt
+ * waits as long as the bucket's requests do: `timeoutsMs` is not used.)
  */
 const SILENT: AttemptSchedule = { everyMs: [500, 1_000], timeoutsMs: [0], attempts: 4 };
-const isTimeout = (err: unknown) =>
-  err instanceof errors.TimeoutError ||
-  (err instanceof errors.RequestError && err.cause instanceof errors.TimeoutError) ||
-  (err instanceof Error && err.message === 'timeout');
 
 /** Operations that change nothing when they fail this way, so that trying again is safe. */
 const RETRIED = new Set(['get', 'put', 'create', 'update', 'delete', 'purge']);

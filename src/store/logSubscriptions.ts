@@ -86,9 +86,7 @@ export class LogSubscriptions {
   /** Forgets what is kept of a conversation (its events were removed). */
   forget(conversationId: string): void {
     const room = this.#rooms.get(conversationId);
-    if (!room) return;
-    this.#dropTail(room);
-    if (room.subscriptions.size === 0) this.#close(conversationId, room);
+    if (room) this.#dropTail(conversationId, room);
   }
 
   /** Ends every subscription, every kept tail and the follow. */
@@ -107,7 +105,7 @@ export class LogSubscriptions {
       event: (conversationId, logged) => {
         const room = this.#rooms.get(conversationId);
         if (!room) return;
-        if (room.tail) this.#keep(room, logged);
+        if (room.tail) this.#keep(conversationId, room, logged);
         for (const subscription of room.subscriptions) subscription.live(logged);
       },
       error: (err) => this.#onFollowError(err),
@@ -122,18 +120,23 @@ export class LogSubscriptions {
   }
 
   /** Adds a live event to its room's tail; past the bytes for all tails, the least recently subscribed go. */
-  #keep(room: Room, logged: LoggedEvent): void {
+  #keep(conversationId: string, room: Room, logged: LoggedEvent): void {
     const added = room.tail!.push(logged);
-    if (added === undefined) return this.#dropTail(room);
+    if (added === undefined) return this.#dropTail(conversationId, room);
     this.#tailBytes += added;
-    for (const [conversationId, other] of this.#rooms) {
+    for (const [id, other] of this.#rooms) {
       if (this.#tailBytes <= this.#limits.totalBytes) break;
-      this.#dropTail(other);
-      if (other.subscriptions.size === 0) this.#close(conversationId, other);
+      this.#dropTail(id, other);
     }
   }
 
-  #dropTail(room: Room): void {
+  /** The room's tail goes; a room kept only for its tail goes with it. */
+  #dropTail(conversationId: string, room: Room): void {
+    this.#freeTail(room);
+    this.#close(conversationId, room);
+  }
+
+  #freeTail(room: Room): void {
     this.#tailBytes -= room.tail?.bytes ?? 0;
     room.tail = null;
   }
@@ -143,7 +146,7 @@ export class LogSubscriptions {
     if (room.subscriptions.size > 0 || this.#rooms.get(conversationId) !== room) return;
     if (room.linger) clearTimeout(room.linger);
     room.linger = null;
-    this.#dropTail(room);
+    this.#freeTail(room);
     this.#rooms.delete(conversationId);
     if (this.#rooms.size === 0) void this.#unfollow();
   }

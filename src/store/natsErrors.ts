@@ -18,6 +18,14 @@ export function isUnavailable(err: unknown): boolean {
   return noLeaderNow(err) || UNAVAILABLE.some((type) => err instanceof type);
 }
 
+/** A request that got no answer in its time (nats.js throws it bare, or as a RequestError's cause). */
+export function isTimeout(err: unknown): boolean {
+  return (
+    err instanceof errors.TimeoutError ||
+    (err instanceof errors.RequestError && err.cause instanceof errors.TimeoutError)
+  );
+}
+
 /**
  * NATS said, for certain, that nothing was done, and only for now: no stream
  * listened on the subject (its leader moving, a replica rejoining after a

@@ -1,6 +1,7 @@
-import { errors, type NatsConnection } from '@nats-io/transport-node';
+import type { NatsConnection } from '@nats-io/transport-node';
 import { jetstream, type Consumer, type JetStreamClient, type OrderedConsumerOptions } from '@nats-io/jetstream';
 import { firstAnswer, type AttemptSchedule } from './firstAnswer.ts';
+import { isTimeout } from './natsErrors.ts';
 
 // nats-server 2.9 places a new consumer of a replicated stream on one of the stream's
 // servers, and learns late that one is gone: a consumer placed on a killed server is
@@ -21,13 +22,6 @@ const CREATION: AttemptSchedule = {
   timeoutsMs: [500, 500, 1_000, 1_000, 2_000, 2_000, 4_000, 4_000, 8_000],
   attempts: 18,
 };
-
-function isTimeout(err: unknown): boolean {
-  return (
-    err instanceof errors.TimeoutError ||
-    (err instanceof errors.RequestError && err.cause instanceof errors.TimeoutError)
-  );
-}
 
 /** Makes the ordered consumers every read uses, with overlapping attempts while creations time out. */
 export class OrderedConsumers {

@@ -1,5 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { chatDeliveryProblems, chatLogProblems, failureTimeline, openChatters } from '../support/chatChecks.ts';
+import {
+  chatDeliveryProblems,
+  chatLogProblems,
+  failureTimeline,
+  openChatters,
+  startChatCluster,
+} from '../support/chatChecks.ts';
 import { useE2e } from '../support/e2e.ts';
 import { untilQuiet } from '../support/faults.ts';
 import {
@@ -43,27 +49,14 @@ const STOPS = ['SIGTERM', 'lame duck', 'SIGTERM'] as const;
 
 const e2e = useE2e();
 let nats: NatsCluster;
-const nodes = new Map<NodeName, ServerProcess>();
-const sockets: WsClient[] = [];
+let nodes: Map<NodeName, ServerProcess>;
+let sockets: WsClient[];
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await e2e.natsCluster({ monitor: true });
-  e2e.onCleanup(() => Promise.all(sockets.map((s) => s.terminate())));
-  const workspaces = await e2e.tempDir();
-  await Promise.all(
-    NODES.map(async (name) => {
-      const env = {
-        NATS_URL: nats.url,
-        TETHER_REPLICAS: '3',
-        TETHER_NODE_ID: name,
-        TETHER_WORKSPACES_DIR: workspaces,
-        TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
-        TETHER_LOG_LEVEL: 'info',
-      };
-      nodes.set(name, await e2e.start({ dataDir: await e2e.tempDir(), env }));
-    }),
-  );
+  ({ nats, nodes, sockets } = await startChatCluster(e2e, NODES, {
+    TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
+  }));
 }, 60_000);
 
 describe('a rolling restart of the nats-servers under chatting ws clients', () => {

@@ -1,7 +1,13 @@
 import { jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { connectNats } from '../../src/store/natsConnection.ts';
-import { chatDeliveryProblems, chatLogProblems, failureTimeline, openChatters } from '../support/chatChecks.ts';
+import {
+  chatDeliveryProblems,
+  chatLogProblems,
+  failureTimeline,
+  openChatters,
+  startChatCluster,
+} from '../support/chatChecks.ts';
 import { ReadyzProbe, untilQuiet } from '../support/faults.ts';
 import { useE2e } from '../support/e2e.ts';
 import { connectionNames, untilReplicasCurrent, type ClusterServer, type NatsCluster } from '../support/natsCluster.ts';
@@ -39,33 +45,17 @@ const CHATTER = { paceMs: { min: 50, max: 150 }, attemptTimeoutMs: 5_000, retryW
 
 const e2e = useE2e();
 let nats: NatsCluster;
-const nodes = new Map<NodeName, ServerProcess>();
+let nodes: Map<NodeName, ServerProcess>;
 /** The chatters' sockets (ResendingChatter keeps them here), terminated once the nodes have stopped. */
-const sockets: WsClient[] = [];
+let sockets: WsClient[];
 const node = (name: NodeName) => nodes.get(name)!;
 
 beforeAll(async () => {
-  nats = await e2e.natsCluster({ monitor: true });
-  e2e.onCleanup(() => Promise.all(sockets.map((s) => s.terminate())));
-  const workspaces = await e2e.tempDir();
-  // Both at once on fresh replicated buckets: each waits until the buckets it made or found have a leader.
-  await Promise.all(
-    NODES.map(async (name) => {
-      const dataDir = await e2e.tempDir();
-      const env = {
-        NATS_URL: nats.url,
-        TETHER_REPLICAS: '3',
-        TETHER_NODE_ID: name,
-        TETHER_LEASE_MS: String(LEASE_MS),
-        TETHER_WORKSPACES_DIR: workspaces,
-        // Every conversation is user `local`'s and runs at once: the per-user cap must send none out of memory.
-        TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
-        // Reconnections, lapses and takeovers, for the stderr printed when the test fails.
-        TETHER_LOG_LEVEL: 'info',
-      };
-      nodes.set(name, await e2e.start({ dataDir, env }));
-    }),
-  );
+  ({ nats, nodes, sockets } = await startChatCluster(e2e, NODES, {
+    TETHER_LEASE_MS: String(LEASE_MS),
+    // Every conversation is user `local`'s and runs at once: the per-user cap must send none out of memory.
+    TETHER_MAX_RUNNING_PER_USER: String(CONVERSATIONS),
+  }));
 }, 60_000);
 
 /** The running servers that list the node's NATS connection (`tether <node id>`) in their `/connz`. */

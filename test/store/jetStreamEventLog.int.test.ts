@@ -1,20 +1,16 @@
-import { afterAll, beforeAll, describe, expect, onTestFinished, test, vi } from 'vitest';
-import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
+import { describe, expect, onTestFinished, test, vi } from 'vitest';
+import { StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { StoreUnavailableError } from '../../src/store/errors.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
 import type { StoredEvent } from '../../protocol/index.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { ensureEventStream } from '../../src/store/natsConnection.ts';
-import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix, useTestJetStream } from '../support/nats.ts';
 import { appendMany, collector, eventLogContract, message, newConversationId } from './eventLogContract.ts';
 
 let nc: NatsConnection;
 let jsm: JetStreamManager;
-beforeAll(async () => {
-  nc = await connectTestNats();
-  jsm = await jetstreamManager(nc);
-});
-afterAll(() => nc.close());
+useTestJetStream((connected, manager) => ([nc, jsm] = [connected, manager]));
 
 async function freshLog() {
   const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });

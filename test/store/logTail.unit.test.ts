@@ -114,10 +114,12 @@ describe('a resume served from the tail', () => {
   });
 
   test('an event the follow skipped ends the tail: the next resume reads the log and misses nothing', async () => {
-    const { log, subscriptions, reads } = lossy(({ event }) => event.id === 3);
+    const { log, subscriptions, reads, stops } = lossy(({ event }) => event.id === 3);
     const c = newConversationId();
     await visit(subscriptions, c);
     const seqs = await appendMany(log, c, 8);
+    // Kept only for its tail, the conversation is no longer followed once the tail ends.
+    expect(stops()).toBe(1);
     const before = reads();
     const got = collector();
     const subscription = subscriptions.subscribe(c, 0, got);

@@ -1,11 +1,11 @@
-import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import type { JetStreamManager } from '@nats-io/jetstream';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { inject } from 'vitest';
 import { natsClusterBus, NodeUnreachableError } from '../../src/store/clusterBus.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
-import { connectTestNats, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
+import { uniqueStreamName, uniqueSubjectPrefix, useTestJetStream } from '../support/nats.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcpProxy.ts';
 import { until } from '../support/until.ts';
 import { message, newConversationId } from './eventLogContract.ts';
@@ -19,11 +19,7 @@ import { message, newConversationId } from './eventLogContract.ts';
 
 let nc: NatsConnection;
 let jsm: JetStreamManager;
-beforeAll(async () => {
-  nc = await connectTestNats();
-  jsm = await jetstreamManager(nc);
-});
-afterAll(() => nc.close());
+useTestJetStream((connected, manager) => ([nc, jsm] = [connected, manager]));
 
 /** A connection through a fresh proxy, and the proxy; both closed when the test finishes. */
 async function proxied(): Promise<{ proxy: TcpProxy; client: NatsConnection }> {

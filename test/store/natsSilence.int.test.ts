@@ -1,11 +1,11 @@
-import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import type { JetStreamManager } from '@nats-io/jetstream';
 import { createInbox, type Msg } from '@nats-io/transport-node';
-import { beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
 import { JetStreamPublisher } from '../../src/store/jetStreamPublisher.ts';
-import { uniqueStreamName, uniqueSubjectPrefix, useTestNats } from '../support/nats.ts';
+import { uniqueStreamName, uniqueSubjectPrefix, useTestJetStream } from '../support/nats.ts';
 import { until } from '../support/until.ts';
 import { appendMany, newConversationId } from './eventLogContract.ts';
 
@@ -18,10 +18,7 @@ import { appendMany, newConversationId } from './eventLogContract.ts';
 
 let nc: NatsConnection;
 let jsm: JetStreamManager;
-useTestNats((connected) => (nc = connected));
-beforeAll(async () => {
-  jsm = await jetstreamManager(nc);
-});
+useTestJetStream((connected, manager) => ([nc, jsm] = [connected, manager]));
 
 describe('a publish nobody answers', () => {
   it('is sent again after half a second, with the same msg id, and the answer to that is taken', async () => {

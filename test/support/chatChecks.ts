@@ -1,9 +1,12 @@
 // What chatting clients (ResendingChatter) were told, checked against what was stored
 // and what each of their sockets got: for tests that break NATS or nodes under load.
 import type { LoggedEvent } from '../../protocol/index.ts';
+import type { E2e } from './e2e.ts';
 import { answersTo, crashLogProblems, deliveryProblem, untilQuiet, userMessages, type MessageAck } from './faults.ts';
+import type { NatsCluster } from './natsCluster.ts';
 import { ResendingChatter, type ResendingChatterOptions } from './resendingChatter.ts';
 import { createConversation, type ServerProcess } from './serverProcess.ts';
+import type { WsClient } from './wsClient.ts';
 
 /** Open sockets catching up with the end of the log, all at once. */
 const DELIVERY_TIMEOUT_MS = 10_000;
@@ -104,4 +107,38 @@ export function failureTimeline(
     for (const { name, server } of nodes) console.log(`stderr of ${name} (tail):\n${server.stderr().slice(-6_000)}`);
   });
   return { startedAt, mark: (what) => timeline.push(`${Date.now() - startedAt} ms: ${what}`) };
+}
+
+/**
+ * A cluster of three nats-servers (monitoring on) and a Tether node on it for
+ * each name, its stream and buckets on three replicas, logging at info (for
+ * the stderr a failure prints); `env` adds to each node's environment. The
+ * chatters' sockets go in `sockets`, terminated once the nodes have stopped.
+ */
+export async function startChatCluster<N extends string>(
+  e2e: E2e,
+  names: readonly N[],
+  env: Record<string, string>,
+): Promise<{ nats: NatsCluster; nodes: Map<N, ServerProcess>; sockets: WsClient[] }> {
+  const nats = await e2e.natsCluster({ monitor: true });
+  const sockets: WsClient[] = [];
+  e2e.onCleanup(() => Promise.all(sockets.map((s) => s.terminate())));
+  const workspaces = await e2e.tempDir();
+  const nodes = new Map<N, ServerProcess>();
+  // All at once on fresh replicated buckets: each waits until the buckets it made or found have a leader.
+  await Promise.all(
+    names.map(async (name) => {
+      const dataDir = await e2e.tempDir();
+      const nodeEnv = {
+        NATS_URL: nats.url,
+        TETHER_REPLICAS: '3',
+        TETHER_NODE_ID: name,
+        TETHER_WORKSPACES_DIR: workspaces,
+        TETHER_LOG_LEVEL: 'info',
+        ...env,
+      };
+      nodes.set(name, await e2e.start({ dataDir, env: nodeEnv }));
+    }),
+  );
+  return { nats, nodes, sockets };
 }

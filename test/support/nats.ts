@@ -1,5 +1,6 @@
 // Helpers for *.int.test.ts files: the run's nats-server and names no other test uses.
 import { randomBytes } from 'node:crypto';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { afterAll, beforeAll, inject, onTestFinished } from 'vitest';
 import type { NatsConnection } from '../../src/store/index.ts';
@@ -47,6 +48,16 @@ export function useTestNats(use: (nc: NatsConnection) => void): void {
   beforeAll(async () => {
     nc = await connectTestNats();
     use(nc);
+  });
+  afterAll(() => nc?.close());
+}
+
+/** As useTestNats, with a JetStream manager on the connection handed over too. */
+export function useTestJetStream(use: (nc: NatsConnection, jsm: JetStreamManager) => void): void {
+  let nc: NatsConnection | undefined;
+  beforeAll(async () => {
+    nc = await connectTestNats();
+    use(nc, await jetstreamManager(nc));
   });
   afterAll(() => nc?.close());
 }
