@@ -172,4 +172,8 @@ class MeasuredLog implements EventLog {
   purge(conversationId: string): Promise<void> {
     return this.#log.purge(conversationId);
   }
+
+  expectDelivery(conversationId: string, seq: number): void {
+    this.#log.expectDelivery?.(conversationId, seq);
+  }
 }

@@ -14,6 +14,8 @@ export interface RouterHost {
   /** Deletes the conversation here (claimed when needed); NotOwnerError when another node owns it. */
   deleteHere(conversationId: string, user: string, keepWorkspace: boolean): Promise<void>;
   passivate(conversationId: string, reason: PassivationReason): Promise<void>;
+  /** Its owner stored an action forwarded to it at `seq`: this node's live feed should bring it soon. */
+  storedElsewhere?(conversationId: string, seq: number): void;
 }
 
 /**
@@ -78,7 +80,10 @@ export class ClusterRouter {
           if (!(err instanceof NotOwnerError) || err.node === null) throw err;
           if (!forwarded) this.forwarded += 1;
           forwarded = true;
-          return resultOf(conversationId, await this.#forward(err.node, request(), lease));
+          const body = request();
+          const result = resultOf(conversationId, await this.#forward(err.node, body, lease));
+          if (body.op === 'act' && result.seq > 0) this.#host.storedElsewhere?.(conversationId, result.seq);
+          return result;
         }
       } catch (err) {
         if (!isRetryable(err) || performance.now() > until) throw err;

@@ -129,6 +129,7 @@ export class NodeHost {
         actHere: (id, user, action, clientId) => this.commands.actHere(id, user, action, clientId),
         deleteHere: (id, user, keepWorkspace) => this.commands.deleteHere(id, user, keepWorkspace),
         passivate: (id, reason) => live.passivate(id, reason),
+        storedElsewhere: (id, seq) => deps.log.expectDelivery?.(id, seq),
       },
       { ownership, bus: deps.bus },
     );

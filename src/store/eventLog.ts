@@ -71,6 +71,8 @@ export interface FollowHandlers {
 export interface LogFollower {
   /** Resolves once every event appended from now on will be delivered. */
   readonly ready: Promise<void>;
+  /** An event is stored at `seq`: a follow that brings nothing at all soon after looks for a new source. */
+  expect?(seq: number): void;
   stop(): Promise<void>;
 }
 
@@ -95,4 +97,11 @@ export interface EventLog {
   subscribe(conversationId: string, afterSeq: number, subscriber: LogSubscriber): LogSubscription;
   /** Removes every event of the conversation. */
   purge(conversationId: string): Promise<void>;
+  /**
+   * Another node said it stored an event of the conversation at `seq` (an
+   * action forwarded to its owner): this node's subscribers should have it
+   * within moments, and a live feed that brings nothing at all is started
+   * again. The log's own appends do this themselves.
+   */
+  expectDelivery?(conversationId: string, seq: number): void;
 }

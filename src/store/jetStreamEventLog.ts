@@ -105,13 +105,19 @@ export class JetStreamEventLog implements EventLog {
     } catch (err) {
       throw toStoreError(err, `appending to conversation ${conversationId}`);
     }
-    if (ack.ok) return { seq: ack.seq, duplicate: ack.duplicate };
+    if (ack.ok) {
+      this.expectDelivery(conversationId, ack.seq);
+      return { seq: ack.seq, duplicate: ack.duplicate };
+    }
     if (CONFLICT_CODES.has(ack.errCode)) {
       // Sent again after a drop or a 503, it may meet its own first send, stored: a stream leader elected
       // meanwhile may not know that send's msg id yet. The next event on the subject says whether it is ours.
       const ours =
         ack.resentAs === undefined ? undefined : await this.#storedAs(subject, expectedLastSeq, ack.resentAs);
-      if (ours !== undefined) return { seq: ours, duplicate: false };
+      if (ours !== undefined) {
+        this.expectDelivery(conversationId, ours);
+        return { seq: ours, duplicate: false };
+      }
       throw new VersionConflictError(conversationId, expectedLastSeq, { cause: new Error(ack.description) });
     }
     throw new Error(`JetStream refused an event of ${conversationId}: ${ack.description} (${ack.errCode})`);
@@ -174,6 +180,10 @@ export class JetStreamEventLog implements EventLog {
   subscribe(conversationId: string, afterSeq: number, subscriber: LogSubscriber): LogSubscription {
     assertConversationId(conversationId);
     return this.#subscriptions.subscribe(conversationId, afterSeq, subscriber);
+  }
+
+  expectDelivery(conversationId: string, seq: number): void {
+    this.#subscriptions.expect(conversationId, seq);
   }
 
   /** One ordered consumer of every conversation's events appended from now on: what feeds the subscriptions. */

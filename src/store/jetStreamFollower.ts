@@ -24,6 +24,17 @@ const restartDelay = (failures: number) => (failures <= 1 ? FIRST_RESTART_DELAY_
  */
 const HEARTBEAT_MS = 1_000;
 const ORPHAN_MS = 60_000;
+/**
+ * An event the follow was told is stored (see expect) and has not brought,
+ * while it brought nothing at all for two of these: its consumer is taken to
+ * be gone with a server that stopped without a word to this connection (the
+ * consumer of a replicated stream lives on one of the stream's servers, not
+ * necessarily the one this node is connected to), and a new one is opened,
+ * well before two heartbeats are missed. Two, so that an event loop blocked
+ * past one check is not taken for silence.
+ */
+const EXPECT_CHECK_MS = 250;
+const SILENT_CHECKS = 2;
 
 export interface JetStreamFollowerOptions {
   nc: NatsConnection;
@@ -59,6 +70,11 @@ export class JetStreamFollower implements LogFollower {
   readonly #statuses: AsyncIterable<Status>;
   readonly #elections: Subscription | undefined;
   readonly #done: Promise<void>;
+  /** The highest sequence the follow was told is stored (0: none), and the check that waits for it. */
+  #expected = 0;
+  #expectCheck: ReturnType<typeof setInterval> | undefined;
+  #nextAtCheck = 0;
+  #silentChecks = 0;
 
   constructor(options: JetStreamFollowerOptions, handlers: FollowHandlers) {
     this.#options = options;
@@ -71,8 +87,39 @@ export class JetStreamFollower implements LogFollower {
     this.#elections = this.#restartOnElection();
   }
 
+  /**
+   * An event is stored at `seq` (this node appended it, or the node that did
+   * said so): the follow should bring it within moments. If it brings nothing
+   * at all meanwhile, it opens a new consumer where it stopped (EXPECT_CHECK_MS).
+   */
+  expect(seq: number): void {
+    if (this.#stopped || seq < this.#next || seq <= this.#expected) return;
+    this.#expected = seq;
+    if (this.#expectCheck) return;
+    this.#nextAtCheck = this.#next;
+    this.#silentChecks = 0;
+    this.#expectCheck = setInterval(() => this.#checkExpected(), EXPECT_CHECK_MS);
+    this.#expectCheck.unref();
+  }
+
+  #checkExpected(): void {
+    if (this.#stopped || this.#next > this.#expected) {
+      clearInterval(this.#expectCheck);
+      this.#expectCheck = undefined;
+      return;
+    }
+    if (this.#next !== this.#nextAtCheck) {
+      this.#nextAtCheck = this.#next;
+      this.#silentChecks = 0;
+    } else if (++this.#silentChecks >= SILENT_CHECKS) {
+      this.#silentChecks = 0;
+      this.#restart();
+    }
+  }
+
   async stop(): Promise<void> {
     this.#stopped = true;
+    clearInterval(this.#expectCheck);
     // Without this the connection keeps the iterator as a status listener until its next status event,
     // and a follow that starts and stops as sessions come and go would leave one behind each time.
     (this.#statuses as AsyncIterable<unknown> & { stop?: () => void }).stop?.();

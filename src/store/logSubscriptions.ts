@@ -83,6 +83,11 @@ export class LogSubscriptions {
     return subscription;
   }
 
+  /** An event of the conversation is stored at `seq`: the follow, if it follows it, should bring it soon. */
+  expect(conversationId: string, seq: number): void {
+    if (this.#rooms.has(conversationId)) this.#following?.follower.expect?.(seq);
+  }
+
   /** Forgets what is kept of a conversation (its events were removed). */
   forget(conversationId: string): void {
     const room = this.#rooms.get(conversationId);

@@ -5,6 +5,7 @@ import type { ClusterBus } from '../../src/store/index.ts';
 /** A node `a` of a cluster where node `b` owns every conversation; its bus answers as `answer` says. */
 function routerOn(answer: (call: number, body: { op: string }) => Promise<unknown>) {
   const calls: Array<{ at: number; body: { op: string; client_id?: string } }> = [];
+  const storedElsewhere: Array<[string, number]> = [];
   const bus = {
     request: (_node: string, body: { op: string }) => {
       calls.push({ at: performance.now(), body });
@@ -21,8 +22,9 @@ function routerOn(answer: (call: number, body: { op: string }) => Promise<unknow
     actHere: notHere,
     deleteHere: notHere,
     passivate: notHere,
+    storedElsewhere: (id: string, seq: number) => void storedElsewhere.push([id, seq]),
   };
-  return { router: new ClusterRouter(host, { ownership, bus }), calls };
+  return { router: new ClusterRouter(host, { ownership, bus }), calls, storedElsewhere };
 }
 
 const never = () => new Promise<never>(() => {});
@@ -52,5 +54,17 @@ describe('a forwarded action nobody answers', () => {
     void deleting.router.routed('c1', request('delete'), () => Promise.reject(new NotOwnerError('c1', 'b')));
     await new Promise((resolve) => setTimeout(resolve, 1_200));
     expect(deleting.calls).toHaveLength(1);
+  });
+});
+
+describe('an action its owner stored', () => {
+  it('is announced to this node with its seq, so that the live feed looks for it; a delete is not', async () => {
+    const acting = routerOn(() => Promise.resolve({ ok: true, seq: 7 }));
+    await acting.router.routed('c1', request('act'), () => Promise.reject(new NotOwnerError('c1', 'b')));
+    expect(acting.storedElsewhere).toEqual([['c1', 7]]);
+
+    const deleting = routerOn(() => Promise.resolve({ ok: true }));
+    await deleting.router.routed('c1', request('delete'), () => Promise.reject(new NotOwnerError('c1', 'b')));
+    expect(deleting.storedElsewhere).toEqual([]);
   });
 });

@@ -9,14 +9,23 @@ import {
   type NatsConnection,
   type Replication,
 } from '../../src/store/index.ts';
+import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
 import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
 import { uniqueBucketName, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
 import { eventually } from '../support/serverProcess.ts';
+import { appendMany, collector, newConversationId } from './eventLogContract.ts';
 
 // Failure bounds: electing a new stream leader after a kill -9 takes 1-7 s here, catching up after the restart 2-7 s.
 const PUBLISH_TIMEOUT_MS = 15_000;
 const CATCH_UP_TIMEOUT_MS = 15_000;
+/**
+ * The live feed brings an event appended after its consumer's server was
+ * killed within this: two missed heartbeats alone take 2 to 3 s; an append
+ * this node made tells the feed what to expect, and silence is noticed
+ * after 0.5 to 0.75 s (jetStreamFollower.ts).
+ */
+const FEED_BACK_MS = 1_800;
 
 /** Publishes until the stream acknowledges it; the message id makes a retry of a publish that landed a no-op. */
 async function publishAcked(js: JetStreamClient, subject: string, n: number): Promise<void> {
@@ -131,5 +140,50 @@ describe('a three-node nats-server cluster', () => {
     await jetStreamStores(nc, names);
     expect(await replicas()).toEqual([3, 3, 3, 3, 3, 3]);
     for (const stream of streams) await jsm.streams.delete(stream);
+  });
+
+  test('the live feed whose consumer was on a killed server brings the next event appended here before heartbeats would tell', async () => {
+    nc ??= await connectNats(cluster.url, { name: 'cluster-test' });
+    const jsm = await jetstreamManager(nc);
+    // No tail kept: the follow stops with the last subscription, so that each try below places a new consumer.
+    const log = await jetStreamEventLog(nc, {
+      stream: uniqueStreamName(),
+      subjectPrefix: uniqueSubjectPrefix(),
+      replicas: 3,
+      tail: { keepMs: 0 },
+    });
+    const conversation = newConversationId();
+    await appendMany(log, conversation, 1);
+    // Wanted: a consumer on a server that is neither this connection's (its drop would restart the feed) nor
+    // the stream's leader (its going would elect one, and the advisory restarts the feed): the case where
+    // nothing but the missing event can tell. nats-server places it on one of the stream's three servers.
+    const placed = async () => {
+      const events = collector();
+      const subscription = log.subscribe(conversation, 0, events);
+      await subscription.caughtUp;
+      const [consumer] = await jsm.consumers.list(log.stream).next();
+      const { cluster: stream } = await jsm.streams.info(log.stream);
+      const on = consumer?.cluster?.leader;
+      if (on && on !== nc!.info?.server_name && on !== stream?.leader) return { events, subscription, on };
+      subscription.close();
+      await eventually(
+        async () => (await jsm.consumers.list(log.stream).next()).length === 0 || undefined,
+        'no consumer',
+      );
+      return undefined;
+    };
+    const { events, subscription, on } = await eventually(placed, 'a consumer on the third server', 30_000);
+    expect(events.items.map((e) => e.event.id)).toEqual([0]);
+
+    await cluster.kill(on);
+    const t0 = performance.now();
+    await appendMany(log, conversation, 1, 1);
+    await events.until(2);
+    const tookMs = performance.now() - t0;
+    console.log(`live feed back after its consumer's server was killed: ${Math.round(tookMs)} ms`);
+    expect(events.items.map((e) => e.event.id)).toEqual([0, 1]);
+    expect(tookMs).toBeLessThan(FEED_BACK_MS);
+    subscription.close();
+    await cluster.restart(on);
   });
 });

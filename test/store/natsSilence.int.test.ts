@@ -63,27 +63,59 @@ describe('a publish nobody answers', () => {
   });
 });
 
-describe('the live feed when its stream elects a leader', () => {
-  it('opens a new consumer at once, where it stopped: nothing missed', async () => {
-    const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
-    onTestFinished(() => jsm.streams.delete(log.stream).then(() => undefined));
-    const got: LoggedEvent[] = [];
-    const follower = log.follow({ wants: () => true, event: (_id, logged) => got.push(logged) });
-    onTestFinished(() => follower.stop());
-    await follower.ready;
-    const consumers = async () => (await jsm.consumers.list(log.stream).next()).map((c) => c.name);
-    const first = await until(async () => ((await consumers()).length === 1 ? consumers() : undefined), 'its consumer');
-    const c = newConversationId();
-    await appendMany(log, c, 3);
-    await until(() => got.length === 3 || undefined, 'the first events');
-    // What nats-server announces when the stream elects a leader (a step-down, a server gone).
-    nc.publish(`$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.${log.stream}`, JSON.stringify({ stream: log.stream }));
-    await until(async () => {
+/** A follow of a new log, on its consumer, with 3 events of a conversation delivered. */
+async function followedLog() {
+  const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
+  onTestFinished(() => jsm.streams.delete(log.stream).then(() => undefined));
+  const got: LoggedEvent[] = [];
+  const follower = log.follow({ wants: () => true, event: (_id, logged) => got.push(logged) });
+  onTestFinished(() => follower.stop());
+  await follower.ready;
+  const consumers = async () => (await jsm.consumers.list(log.stream).next()).map((c) => c.name);
+  const first = await until(async () => ((await consumers()).length === 1 ? consumers() : undefined), 'its consumer');
+  const c = newConversationId();
+  await appendMany(log, c, 3);
+  await until(() => got.length === 3 || undefined, 'the first events');
+  const replaced = () =>
+    until(async () => {
       const now = await consumers();
       return now.length === 1 && now[0] !== first[0] ? true : undefined;
     }, 'a new consumer in place of the first');
+  /** 3 more events, and every event once, in order. */
+  const deliversTheRest = async () => {
     await appendMany(log, c, 3, 3);
     await until(() => got.length === 6 || undefined, 'the events after it');
     expect(got.map((e) => e.event.id)).toEqual([0, 1, 2, 3, 4, 5]);
+  };
+  return { log, follower, consumers, first, replaced, deliversTheRest };
+}
+
+describe('the live feed when its stream elects a leader', () => {
+  it('opens a new consumer at once, where it stopped: nothing missed', async () => {
+    const { log, replaced, deliversTheRest } = await followedLog();
+    // What nats-server announces when the stream elects a leader (a step-down, a server gone).
+    nc.publish(`$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.${log.stream}`, JSON.stringify({ stream: log.stream }));
+    await replaced();
+    await deliversTheRest();
+  });
+});
+
+describe('the live feed told of an event it does not bring', () => {
+  it('opens a new consumer where it stopped within a second when it brings nothing at all meanwhile', async () => {
+    const { follower, replaced, deliversTheRest } = await followedLog();
+    // As when the server that holds the consumer stopped without a word to this connection: the
+    // consumer is still there in this test (its heartbeats come), so only the expected event can tell.
+    const t0 = performance.now();
+    follower.expect!(100);
+    await replaced();
+    expect(performance.now() - t0).toBeLessThan(1_500);
+    await deliversTheRest();
+  });
+
+  it('keeps its consumer when the events it was told of come (each append tells it)', async () => {
+    const { consumers, first, deliversTheRest } = await followedLog();
+    await deliversTheRest();
+    await new Promise((resolve) => setTimeout(resolve, 800));
+    expect(await consumers()).toEqual(first);
   });
 });
