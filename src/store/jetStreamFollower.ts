@@ -1,4 +1,4 @@
-import type { JetStreamManager } from '@nats-io/jetstream';
+import { jetstreamManager, type JetStreamManager, type StoredMsg } from '@nats-io/jetstream';
 import type { NatsConnection, Status, Subscription } from '@nats-io/transport-node';
 import { parseStoredEvent } from '../../protocol/index.ts';
 import { CreditedPull } from './creditedPull.ts';
@@ -35,6 +35,18 @@ const ORPHAN_MS = 60_000;
  */
 const EXPECT_CHECK_MS = 250;
 const SILENT_CHECKS = 2;
+/**
+ * A consumer not made this long after it was asked for: the follow reads on
+ * with direct gets until it is. Making a consumer needs JetStream's meta
+ * leader; when the server that stopped was that leader, its election took up
+ * to 5 s in the rolling restart (issue 28), and every client of the node
+ * waited, while the stream's servers, which answer direct gets, were there.
+ */
+const BRIDGE_AFTER_MS = 250;
+/** Between two direct gets that found nothing new. */
+const BRIDGE_POLL_MS = 50;
+/** How long one direct get waits for an answer. */
+const BRIDGE_GET_TIMEOUT_MS = 1_000;
 
 export interface JetStreamFollowerOptions {
   nc: NatsConnection;
@@ -53,7 +65,8 @@ export interface JetStreamFollowerOptions {
  * When the pull ends (a skipped message, two missed heartbeats because the
  * server that held the consumer died, a refused request) or the connection
  * comes back after a drop, the follow opens a new consumer at the sequence
- * after the last one it delivered, so no event is skipped. A conversation's
+ * after the last one it delivered, so no event is skipped; while that consumer
+ * is slow to come, the next events are read by direct gets. A conversation's
  * events are parsed only while someone wants them; the parsed event keeps the
  * stored bytes for its frames.
  */
@@ -73,6 +86,8 @@ export class JetStreamFollower implements LogFollower {
   /** The highest sequence the follow was told is stored (0: none), and the check that waits for it. */
   #expected = 0;
   #expectCheck: ReturnType<typeof setInterval> | undefined;
+  /** A manager whose requests wait BRIDGE_GET_TIMEOUT_MS, made at the first bridge. */
+  #bridgeJsm: Promise<JetStreamManager> | undefined;
   #nextAtCheck = 0;
   #silentChecks = 0;
 
@@ -111,7 +126,7 @@ export class JetStreamFollower implements LogFollower {
     if (this.#next !== this.#nextAtCheck) {
       this.#nextAtCheck = this.#next;
       this.#silentChecks = 0;
-    } else if (++this.#silentChecks >= SILENT_CHECKS) {
+    } else if (this.#pull && ++this.#silentChecks >= SILENT_CHECKS) {
       this.#silentChecks = 0;
       this.#restart();
     }
@@ -170,7 +185,6 @@ export class JetStreamFollower implements LogFollower {
   async #run(started: () => void): Promise<void> {
     const { nc, consumers, jsm, stream, subjectPrefix, maxBytes } = this.#options;
     const filter = `${subjectPrefix}.*.events`;
-    const idFrom = subjectPrefix.length + 1;
     /** Failures in a row with no event delivered between them. */
     let failures = 0;
     while (!this.#stopped) {
@@ -180,27 +194,25 @@ export class JetStreamFollower implements LogFollower {
           this.#next = (await jsm.streams.info(stream)).state.last_seq + 1;
           started();
         }
-        const consumer = await consumers.get(
+        const made = consumers.get(
           stream,
           // An attempt that timed out may still be made on the server: unused, it goes after a minute.
           { filter_subjects: filter, opt_start_seq: this.#next, inactive_threshold: ORPHAN_MS },
           () => this.#stopped,
         );
+        await this.#bridge(made, filter);
+        const consumer = await made;
         if (this.#stopped) break;
         const { name } = await consumer.info(true);
         const pull = (this.#pull = new CreditedPull(
           { nc, stream, consumer: name, maxBytes, heartbeatMs: HEARTBEAT_MS },
-          (m, seq) => {
-            this.#next = seq + 1;
-            const conversationId = m.subject.slice(idFrom, m.subject.length - '.events'.length);
-            if (!this.#handlers.wants(conversationId, seq)) return;
-            // A copy: the message's bytes are a view of the connection's read buffer.
-            this.#handlers.event(conversationId, { seq, event: parseStoredEvent(m.data.slice()) });
-          },
+          // The consumer starts where it was asked for: what the bridge brought meanwhile comes again.
+          (m, seq) => this.#deliver(m.subject, seq, m.data),
         ));
         if (this.#stopped) pull.stop();
         // Silent (the server that held the consumer died) or a skipped message: a new consumer at once.
         if ((await pull.done) !== 'stopped') this.#restartNow = true;
+        this.#pull = undefined;
         consumer.delete().catch(() => {});
       } catch (err) {
         if (this.#stopped) break;
@@ -218,5 +230,46 @@ export class JetStreamFollower implements LogFollower {
       this.#restartNow = false;
     }
     started();
+  }
+
+  /** An event of the stream, the next in order; one the bridge brought already is skipped. */
+  #deliver(subject: string, seq: number, data: Uint8Array): void {
+    if (seq < this.#next) return;
+    this.#next = seq + 1;
+    const conversationId = subject.slice(this.#options.subjectPrefix.length + 1, subject.length - '.events'.length);
+    if (!this.#handlers.wants(conversationId, seq)) return;
+    // A copy: the message's bytes are a view of the connection's read buffer.
+    this.#handlers.event(conversationId, { seq, event: parseStoredEvent(data.slice()) });
+  }
+
+  /**
+   * While `made` (the consumer) has not come after BRIDGE_AFTER_MS, brings the
+   * next events by direct gets (`next_by_subj` from the next sequence), which
+   * any of the stream's servers answers, in order, one at a time.
+   */
+  async #bridge(made: Promise<unknown>, filter: string): Promise<void> {
+    let settled = false;
+    const done = made.then(
+      () => void (settled = true),
+      () => void (settled = true),
+    );
+    const pause = (ms: number) => Promise.race([done, new Promise<void>((resolve) => setTimeout(resolve, ms).unref())]);
+    await pause(BRIDGE_AFTER_MS);
+    while (!settled && !this.#stopped) {
+      const m = await this.#nextByDirectGet(filter);
+      if (m) this.#deliver(m.subject, m.seq, m.data);
+      else await pause(BRIDGE_POLL_MS);
+    }
+  }
+
+  /** The stream's first message on `filter` from the next sequence; null when there is none yet, or no answer. */
+  async #nextByDirectGet(filter: string): Promise<StoredMsg | null> {
+    const { nc, stream } = this.#options;
+    this.#bridgeJsm ??= jetstreamManager(nc, { timeout: BRIDGE_GET_TIMEOUT_MS, checkAPI: false });
+    try {
+      return await (await this.#bridgeJsm).direct.getMessage(stream, { seq: this.#next, next_by_subj: filter });
+    } catch {
+      return null;
+    }
   }
 }

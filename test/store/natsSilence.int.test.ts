@@ -4,7 +4,9 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import type { LoggedEvent } from '../../protocol/index.ts';
 import type { NatsConnection } from '../../src/store/index.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
+import { JetStreamFollower } from '../../src/store/jetStreamFollower.ts';
 import { JetStreamPublisher } from '../../src/store/jetStreamPublisher.ts';
+import { OrderedConsumers } from '../../src/store/orderedConsumers.ts';
 import { uniqueStreamName, uniqueSubjectPrefix, useTestJetStream } from '../support/nats.ts';
 import { until } from '../support/until.ts';
 import { appendMany, newConversationId } from './eventLogContract.ts';
@@ -117,5 +119,48 @@ describe('the live feed told of an event it does not bring', () => {
     await deliversTheRest();
     await new Promise((resolve) => setTimeout(resolve, 800));
     expect(await consumers()).toEqual(first);
+  });
+});
+
+describe('the live feed while its consumer is slow to be made', () => {
+  it('brings the events by direct gets meanwhile, in order, then takes the consumer: each event once', async () => {
+    const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
+    onTestFinished(() => jsm.streams.delete(log.stream).then(() => undefined));
+    const slowFor = 3_000;
+    // As when JetStream's meta leader, which makes consumers, is being elected: the stream itself answers.
+    class SlowConsumers extends OrderedConsumers {
+      override get(...args: Parameters<OrderedConsumers['get']>) {
+        return new Promise((resolve) => setTimeout(resolve, slowFor)).then(() => super.get(...args));
+      }
+    }
+    const got: LoggedEvent[] = [];
+    const follower = new JetStreamFollower(
+      {
+        nc,
+        jsm,
+        consumers: new SlowConsumers(nc),
+        stream: log.stream,
+        subjectPrefix: log.subjectPrefix,
+        maxBytes: 1 << 20,
+      },
+      { wants: () => true, event: (_id, logged) => got.push(logged) },
+    );
+    onTestFinished(() => follower.stop());
+    await follower.ready;
+    const t0 = performance.now();
+    const c = newConversationId();
+    await appendMany(log, c, 3);
+    await until(() => got.length === 3 || undefined, 'the events by direct gets');
+    expect(performance.now() - t0).toBeLessThan(slowFor / 2);
+    expect(await jsm.consumers.list(log.stream).next()).toEqual([]);
+
+    await until(
+      async () => ((await jsm.consumers.list(log.stream).next()).length === 1 ? true : undefined),
+      'the consumer',
+    );
+    await appendMany(log, c, 3, 3);
+    await until(() => got.length === 6 || undefined, 'the events after it');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(got.map((e) => e.event.id)).toEqual([0, 1, 2, 3, 4, 5]);
   });
 });
