@@ -1,4 +1,4 @@
-// What nats-server itself stalls during the rolling restart of test/e2e/natsRestart.cluster.test.ts, without
+// What nats-server itself stalls during the rolling restart of test/e2e/rollingRestart.cluster.test.ts, without
 // Tether: 12 raw JetStream publishers (nats.js, each on its own subject of a 3-replica stream, a message every
 // 50-150 ms with a msg id, sent again with it 100 ms after a failure or after TIMEOUT_MS without an answer,
 // which bounds what a publish lost with a dropped connection adds: nats.js does not send it again) while each

@@ -22,7 +22,7 @@ export interface RouterHost {
  * A forwarded action with no answer for a second is sent again beside the
  * first, then two seconds later, each waiting up to a lease: one that crossed
  * a nats-server as it stopped is answered by no one (measured in
- * test/e2e/natsRestart.cluster.test.ts: clients waited out the whole lease).
+ * test/e2e/rollingRestart.cluster.test.ts: clients waited out the whole lease).
  * Its id stores it once, whichever the owner gets; the first answer is taken.
  */
 const silentAct = (leaseMs: number): AttemptSchedule => ({

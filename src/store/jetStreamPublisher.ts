@@ -35,7 +35,7 @@ const UNAVAILABLE_RETRY_MS = 100;
  * and so on within its deadline: one that reached a stream as its leader moved
  * (a step-down, a server stopping) may be answered by no one. nats.js never
  * sends a request again; raw publishers through the rolling restart of
- * test/e2e/natsRestart.cluster.test.ts waited out their whole timeout.
+ * test/e2e/rollingRestart.cluster.test.ts waited out their whole timeout.
  */
 const SILENT_RESEND_MS = 500;
 /** How often what is pending is looked at (silent ones sent again, expired ones failed). */

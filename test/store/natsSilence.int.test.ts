@@ -126,7 +126,7 @@ describe('the live feed while its consumer is slow to be made', () => {
   it('brings the events by direct gets meanwhile, in order, then takes the consumer: each event once', async () => {
     const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
     onTestFinished(() => jsm.streams.delete(log.stream).then(() => undefined));
-    const slowFor = 3_000;
+    const slowFor = 2_000;
     // As when JetStream's meta leader, which makes consumers, is being elected: the stream itself answers.
     class SlowConsumers extends OrderedConsumers {
       override get(...args: Parameters<OrderedConsumers['get']>) {

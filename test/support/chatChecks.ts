@@ -5,7 +5,7 @@ import type { E2e } from './e2e.ts';
 import { answersTo, crashLogProblems, deliveryProblem, untilQuiet, userMessages, type MessageAck } from './faults.ts';
 import type { NatsCluster } from './natsCluster.ts';
 import { ResendingChatter, type ResendingChatterOptions } from './resendingChatter.ts';
-import { createConversation, type ServerProcess } from './serverProcess.ts';
+import { createConversation, type ServerProcess, type StartServerOptions } from './serverProcess.ts';
 import type { WsClient } from './wsClient.ts';
 
 /** Open sockets catching up with the end of the log, all at once. */
@@ -75,19 +75,24 @@ export async function chatDeliveryProblems(
  * `count` conversations created through `nodes` in turn (each owns its share),
  * left to settle, and a chatter on every node for each of them (so that some
  * clients send through a node that forwards to the owner), each opened: the
- * opens' results, true once caught up.
+ * opens' results, true once caught up. With `failover`, a chatter whose node
+ * refuses it connects to the next node.
  */
 export async function openChatters(
   nodes: ReadonlyArray<{ name: string; server: ServerProcess }>,
   count: number,
-  options: ResendingChatterOptions,
+  options: ResendingChatterOptions & { failover?: boolean },
 ): Promise<{ ids: string[]; chatters: ResendingChatter[]; opened: boolean[] }> {
   const ids = await Promise.all(
     Array.from({ length: count }, (_, c) => createConversation(nodes[c % nodes.length]!.server.baseUrl)),
   );
   await untilQuiet(nodes[0]!.server.baseUrl, ids, { timeoutMs: 30_000, stableMs: 100 });
+  const urls = nodes.map(({ server }) => server.wsUrl);
   const chatters = ids.flatMap((id, c) =>
-    nodes.map(({ name, server }) => new ResendingChatter(server.wsUrl, id, `c${c}-via-${name}`, options)),
+    nodes.map(({ name }, n) => {
+      const wsUrls = options.failover ? [...urls.slice(n), ...urls.slice(0, n)] : urls[n]!;
+      return new ResendingChatter(wsUrls, id, `c${c}-via-${name}`, options);
+    }),
   );
   return { ids, chatters, opened: await Promise.all(chatters.map((c) => c.open())) };
 }
@@ -119,12 +124,19 @@ export async function startChatCluster<N extends string>(
   e2e: E2e,
   names: readonly N[],
   env: Record<string, string>,
-): Promise<{ nats: NatsCluster; nodes: Map<N, ServerProcess>; sockets: WsClient[] }> {
+): Promise<{
+  nats: NatsCluster;
+  nodes: Map<N, ServerProcess>;
+  sockets: WsClient[];
+  /** Starts a node that stopped again, as itself: the same data dir, environment and port. */
+  startAgain: (name: N) => Promise<ServerProcess>;
+}> {
   const nats = await e2e.natsCluster({ monitor: true });
   const sockets: WsClient[] = [];
   e2e.onCleanup(() => Promise.all(sockets.map((s) => s.terminate())));
   const workspaces = await e2e.tempDir();
   const nodes = new Map<N, ServerProcess>();
+  const options = new Map<N, StartServerOptions>();
   // All at once on fresh replicated buckets: each waits until the buckets it made or found have a leader.
   await Promise.all(
     names.map(async (name) => {
@@ -137,8 +149,15 @@ export async function startChatCluster<N extends string>(
         TETHER_LOG_LEVEL: 'info',
         ...env,
       };
-      nodes.set(name, await e2e.start({ dataDir, env: nodeEnv }));
+      const server = await e2e.start({ dataDir, env: nodeEnv });
+      nodes.set(name, server);
+      options.set(name, { dataDir, env: nodeEnv, port: server.port });
     }),
   );
-  return { nats, nodes, sockets };
+  const startAgain = async (name: N) => {
+    const server = await e2e.start(options.get(name));
+    nodes.set(name, server);
+    return server;
+  };
+  return { nats, nodes, sockets, startAgain };
 }

@@ -46,13 +46,18 @@ export class ResendingChatter {
   /** Sockets opened after the first. */
   reconnects = 0;
   #giveUpAt: number | undefined;
+  /** The nodes it may connect to, as a client behind a load balancer would: the first, else the next in turn. */
+  readonly #wsUrls: readonly string[];
+  #urlAt = 0;
 
   constructor(
-    readonly wsUrl: string,
+    wsUrls: string | readonly string[],
     readonly conversationId: string,
     readonly name: string,
     readonly options: ResendingChatterOptions,
-  ) {}
+  ) {
+    this.#wsUrls = typeof wsUrls === 'string' ? [wsUrls] : wsUrls;
+  }
 
   get ws(): WsClient | undefined {
     return this.connections.at(-1)?.ws;
@@ -63,11 +68,15 @@ export class ResendingChatter {
     return Math.max(0, ...this.connections.map((c) => c.ws.lastSeq(c.afterSeq)));
   }
 
-  /** Opens a socket from the cursor; true once it is caught up (a ping is answered after the history). */
+  /**
+   * Opens a socket from the cursor; true once it is caught up (a ping is
+   * answered after the history). One that fails makes the next open try the next node.
+   */
   async open(): Promise<boolean> {
     if (this.connections.length > 0) this.reconnects += 1;
     const afterSeq = this.cursor();
-    const ws = WsClient.open(wsUrlFor(this.wsUrl, this.conversationId, afterSeq));
+    const wsUrl = this.#wsUrls[this.#urlAt % this.#wsUrls.length]!;
+    const ws = WsClient.open(wsUrlFor(wsUrl, this.conversationId, afterSeq));
     this.options.sockets.push(ws);
     this.connections.push({ ws, afterSeq });
     try {
@@ -77,6 +86,7 @@ export class ResendingChatter {
       return true;
     } catch {
       await ws.terminate();
+      this.#urlAt += 1;
       return false;
     }
   }
