@@ -117,6 +117,24 @@ export async function startedConversation(base: string, user: string, body: obje
   return { id, seq };
 }
 
+/**
+ * Sends a first message to a conversation that awaits input, so that its
+ * agent starts thinking, and waits until that is stored (running, its last
+ * seq the same twice in a row); its id and last seq (the clients' cursor).
+ */
+export async function thinkingConversation(base: string, user: string, id: string) {
+  const action = { type: 'message', content: 'the message that starts the agent' };
+  await rest(base, user, `/api/conversations/${id}/actions`, { action });
+  let last = -1;
+  const seq = await until(`conversation ${id} thinking`, async () => {
+    const info = await rest<{ state: string; last_seq: number }>(base, user, `/api/conversations/${id}`);
+    const settled = info.state === 'running' && info.last_seq === last;
+    last = info.last_seq;
+    return settled ? info.last_seq : undefined;
+  });
+  return { id, seq };
+}
+
 /** The bench's handle on a host process. */
 export class TetherHost {
   private constructor(

@@ -3,7 +3,7 @@
 // also the Tether side of the fan-out (a2, a3) and latency (a4, a5) scenarios.
 import { rawPublish } from '../baselines/rawJetStream.ts';
 import { close, connect, frames, paced, run, Fleet, type ClientSpec, type Paced } from '../harness/fleet.ts';
-import { checkFrames, startedConversation, TetherHost } from '../harness/host.ts';
+import { checkFrames, startedConversation, thinkingConversation, TetherHost } from '../harness/host.ts';
 import { describeUse, fmt, median, timed } from '../harness/measure.ts';
 import { per, repeat, reps, type Ctx, type Row, type Scenario } from '../harness/scenario.ts';
 
@@ -18,6 +18,12 @@ export interface AppendPlan {
   settle: boolean;
   /** Open loop at this many messages a second in all, instead of the window. */
   perSecond?: number;
+  /**
+   * The agent already thinking when timing starts: a first message of each
+   * conversation is sent, and its events stored, before the clients connect,
+   * so that every timed message is one event (the first starts an agent step).
+   */
+  thinking?: boolean;
 }
 
 let conversationsMade = 0;
@@ -25,7 +31,12 @@ let conversationsMade = 0;
 /** One run on `host`: fresh conversations (one user each), their clients in the fleet, every frame checked against REST. */
 export async function appendRun(host: TetherHost, fleet: Fleet, plan: AppendPlan) {
   const users = Array.from({ length: plan.conversations }, () => `u${conversationsMade++}`);
-  const started = await Promise.all(users.map((u) => startedConversation(host.base, u, { max_iterations: 10_000 })));
+  const started = await Promise.all(
+    users.map(async (u) => {
+      const conversation = await startedConversation(host.base, u, { max_iterations: 10_000 });
+      return plan.thinking ? thinkingConversation(host.base, u, conversation.id) : conversation;
+    }),
+  );
   const spec = (i: number, k: number): ClientSpec => {
     const { id, seq } = started[i]!;
     return { ws: host.ws, user: users[i]!, conversationId: id, afterSeq: seq, index: i, sends: k === 0 };

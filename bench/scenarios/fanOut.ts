@@ -37,12 +37,13 @@ const latencyOf = (p: Paced | undefined, q: number) => percentile(p!.latencies, 
 export const fanOut: Scenario = {
   name: 'fanout',
   setup: `as (a), with ${CLIENTS} ws clients per conversation on the same cursor; a Socket.IO server in a process of its own (bench/baselines/socketIo.ts) and its clients in the fleet, one room per conversation, ${CLIENTS} clients each.`,
-  load: `(a2, a3) the first client of each of 100 conversations sends 160 user actions (the agent thinks, so each is one event), at most 8 in flight; all ${CLIENTS} receive every event; a run ends when every client has the sender's last event. Each repetition runs Tether, raw publish and Socket.IO (the same stored payloads, emitted as parsed objects) back to back; 1 warm-up and 3 runs, median. (a4, a5) then a fresh run of each side paced at half its own median peak: message k of conversation c due at (k × 100 + c) / rate and sent when due whatever came back; latency from due to the last client of its conversation having it; p50 and p99 by nearest rank over every message; 3 runs, median.`,
+  load: `(a2, a3) the first client of each of 100 conversations sends 160 user actions (a first message, sent and stored before anything is timed, set the agent thinking, so each timed one is one event), at most 8 in flight; all ${CLIENTS} receive every event; a run ends when every client has the sender's last event. Each repetition runs Tether, raw publish and Socket.IO (the same stored payloads, emitted as parsed objects) back to back; 1 warm-up and 3 runs, median. (a4, a5) then a fresh run of each side paced at half its own median peak: message k of conversation c due at (k × 100 + c) / rate and sent when due whatever came back; latency from due to the last client of its conversation having it; p50 and p99 by nearest rank over every message; 3 runs, median.`,
   baseline:
     '(a2) raw JetStream async publish of the same payloads, as in (a); (a3, a4, a5) socket.io 4.8 with connection state recovery, WebSocket only, `io.to(room).emit` of each message (the sender gets its own back), no storage, no acks.',
   checks:
     'Tether frames against the REST log as in (a); every Socket.IO client got every payload of its room once, in order, with the same JSON.',
-  quick: '50 conversations, 20 user actions each, 5 in flight, one run and one paced run per side, no warm-up.',
+  quick:
+    '50 conversations, 20 user actions each, 5 in flight, one warm-up and one run; then one paced run per side of 60 user actions per conversation.',
   async run(ctx: Ctx) {
     const fleet = new Fleet();
     const host = await TetherHost.start(ctx, { tag: ctx.tag('fanout'), agent: 'thinking' });
@@ -54,11 +55,12 @@ export const fanOut: Scenario = {
         window: ctx.quick ? 5 : 8,
         clients: CLIENTS,
         settle: false,
+        thinking: true,
       };
       const trios = await repeat(
         ctx,
         '(a2, a3)',
-        reps(ctx, { warmups: 0, runs: 1 }, { warmups: 1, runs: 3 }),
+        reps(ctx, { warmups: 1, runs: 1 }, { warmups: 1, runs: 3 }),
         async (i) => {
           const pair = await pairedWithRaw(ctx, host, fleet, plan, i);
           const sio = await socketIoRun(io, fleet, pair.tether.payloads, plan.window);
@@ -80,12 +82,15 @@ export const fanOut: Scenario = {
       ctx.note(
         `(a2, a3) CPU per message (median, µs): Tether host ${cpu('host', 0)} + nats-server ${cpu('nats-server', 0)}, its fleet ${cpu('fleet', 0)}; Socket.IO server ${cpu('socketio', 2)}, its fleet ${cpu('fleet', 2)}.`,
       );
+      // A p99 over fewer messages is the longest pause of either process (one 10 ms GC pause in a
+      // run of 1,000 messages decided it in --quick); 3,000 at least.
+      const pacedMessages = Math.max(plan.messages, Math.ceil(3_000 / plan.conversations));
       const lat = await repeat(
         ctx,
         '(a4, a5)',
         reps(ctx, { warmups: 0, runs: 1 }, { warmups: 0, runs: 3 }),
         async () => {
-          const t = await appendRun(host, fleet, { ...plan, perSecond: tether / 2 });
+          const t = await appendRun(host, fleet, { ...plan, messages: pacedMessages, perSecond: tether / 2 });
           const s = await socketIoRun(io, fleet, t.payloads, plan.window, sio / 2);
           const [p50, p99, s50, s99] = [
             latencyOf(t.paced, 50),
