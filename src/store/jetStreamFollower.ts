@@ -89,6 +89,7 @@ export class JetStreamFollower implements LogFollower {
   /** A manager whose requests wait BRIDGE_GET_TIMEOUT_MS, made at the first bridge. */
   #bridgeJsm: Promise<JetStreamManager> | undefined;
   #nextAtCheck = 0;
+  #pullAtCheck: CreditedPull | undefined;
   #silentChecks = 0;
 
   constructor(options: JetStreamFollowerOptions, handlers: FollowHandlers) {
@@ -104,32 +105,40 @@ export class JetStreamFollower implements LogFollower {
 
   /**
    * An event is stored at `seq` (this node appended it, or the node that did
-   * said so): the follow should bring it within moments. If it brings nothing
-   * at all meanwhile, it opens a new consumer where it stopped (EXPECT_CHECK_MS).
+   * said so): the follow should bring it within moments. If its pull brings
+   * nothing at all meanwhile, it opens a new consumer where it stopped
+   * (EXPECT_CHECK_MS), once: an expected event that never comes (purged
+   * before it was brought) costs one new consumer, not one every half second;
+   * a later event expected arms the check again.
    */
   expect(seq: number): void {
     if (this.#stopped || seq < this.#next || seq <= this.#expected) return;
     this.#expected = seq;
     if (this.#expectCheck) return;
     this.#nextAtCheck = this.#next;
+    this.#pullAtCheck = this.#pull;
     this.#silentChecks = 0;
     this.#expectCheck = setInterval(() => this.#checkExpected(), EXPECT_CHECK_MS);
     this.#expectCheck.unref();
   }
 
   #checkExpected(): void {
-    if (this.#stopped || this.#next > this.#expected) {
-      clearInterval(this.#expectCheck);
-      this.#expectCheck = undefined;
-      return;
-    }
-    if (this.#next !== this.#nextAtCheck) {
+    if (this.#stopped || this.#next > this.#expected) return this.#endExpectCheck();
+    // Silence counts for one pull only: a new one (after a reconnect, an election) starts from none.
+    if (this.#next !== this.#nextAtCheck || this.#pull !== this.#pullAtCheck || !this.#pull) {
       this.#nextAtCheck = this.#next;
+      this.#pullAtCheck = this.#pull;
       this.#silentChecks = 0;
-    } else if (this.#pull && ++this.#silentChecks >= SILENT_CHECKS) {
-      this.#silentChecks = 0;
+    } else if (++this.#silentChecks >= SILENT_CHECKS) {
+      this.#endExpectCheck();
       this.#restart();
     }
+  }
+
+  #endExpectCheck(): void {
+    clearInterval(this.#expectCheck);
+    this.#expectCheck = undefined;
+    this.#pullAtCheck = undefined;
   }
 
   async stop(): Promise<void> {
@@ -200,7 +209,11 @@ export class JetStreamFollower implements LogFollower {
           { filter_subjects: filter, opt_start_seq: this.#next, inactive_threshold: ORPHAN_MS },
           () => this.#stopped,
         );
-        await this.#bridge(made, filter);
+        await this.#bridge(made, filter).catch((err: unknown) => {
+          // A handler threw: the consumer, when it comes, is used by nobody.
+          made.then((late) => late.delete()).catch(() => {});
+          throw err;
+        });
         const consumer = await made;
         if (this.#stopped) break;
         const { name } = await consumer.info(true);
@@ -211,8 +224,11 @@ export class JetStreamFollower implements LogFollower {
         ));
         if (this.#stopped) pull.stop();
         // Silent (the server that held the consumer died) or a skipped message: a new consumer at once.
-        if ((await pull.done) !== 'stopped') this.#restartNow = true;
-        this.#pull = undefined;
+        try {
+          if ((await pull.done) !== 'stopped') this.#restartNow = true;
+        } finally {
+          this.#pull = undefined;
+        }
         consumer.delete().catch(() => {});
       } catch (err) {
         if (this.#stopped) break;
@@ -256,8 +272,9 @@ export class JetStreamFollower implements LogFollower {
     const pause = (ms: number) => Promise.race([done, new Promise<void>((resolve) => setTimeout(resolve, ms).unref())]);
     await pause(BRIDGE_AFTER_MS);
     while (!settled && !this.#stopped) {
-      const m = await this.#nextByDirectGet(filter);
-      if (m) this.#deliver(m.subject, m.seq, m.data);
+      // One waiting on a server that is gone does not hold the consumer back once it is there.
+      const m = await Promise.race([this.#nextByDirectGet(filter), done.then(() => null)]);
+      if (m && !settled && !this.#stopped) this.#deliver(m.subject, m.seq, m.data);
       else await pause(BRIDGE_POLL_MS);
     }
   }

@@ -104,13 +104,17 @@ describe('the live feed when its stream elects a leader', () => {
 
 describe('the live feed told of an event it does not bring', () => {
   it('opens a new consumer where it stopped within a second when it brings nothing at all meanwhile', async () => {
-    const { follower, replaced, deliversTheRest } = await followedLog();
+    const { follower, consumers, replaced, deliversTheRest } = await followedLog();
     // As when the server that holds the consumer stopped without a word to this connection: the
     // consumer is still there in this test (its heartbeats come), so only the expected event can tell.
     const t0 = performance.now();
     follower.expect!(100);
     await replaced();
     expect(performance.now() - t0).toBeLessThan(1_500);
+    // Once per expected event: one that never comes (purged first) does not make a consumer every half second.
+    const second = await consumers();
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    expect(await consumers()).toEqual(second);
     await deliversTheRest();
   });
 
