@@ -127,11 +127,17 @@ export class KvConversationStore implements ConversationStore {
   /** Adds the conversation to its user's running set (`since`), or takes it out (undefined). */
   async #setRunning(user: string, conversationId: string, since: number | undefined, doing: string): Promise<void> {
     try {
-      await this.#cas.change(runningKey(user), RunningSet, (set) => {
-        const { [conversationId]: had, ...others } = set?.running ?? {};
-        if (had === since) return null;
-        return { running: since === undefined ? others : { ...others, [conversationId]: since } };
-      });
+      await this.#cas.change(
+        runningKey(user),
+        RunningSet,
+        (set) => {
+          const { [conversationId]: had, ...others } = set?.running ?? {};
+          if (had === since) return null;
+          return { running: since === undefined ? others : { ...others, [conversationId]: since } };
+        },
+        // A session's turn waits for it: made again when no answer comes (a bucket whose leader moved).
+        { idempotent: true },
+      );
     } catch (err) {
       throw toStoreError(err, doing);
     }

@@ -14,7 +14,7 @@ const RETRY_FOR_MS = 3_000;
  * index's write did, and held its session's answer that long. (Each attempt
  * waits as long as the bucket's requests do: `timeoutsMs` is not used.)
  */
-const SILENT: AttemptSchedule = { everyMs: [500, 1_000], timeoutsMs: [0], attempts: 4 };
+export const SILENT: AttemptSchedule = { everyMs: [500, 1_000], timeoutsMs: [0], attempts: 4 };
 
 /** Operations that change nothing when they fail this way, so that trying again is safe. */
 const RETRIED = new Set(['get', 'put', 'create', 'update', 'delete', 'purge']);
