@@ -66,16 +66,7 @@ beforeAll(async () => {
 
 describe('a rolling restart of the nats-servers under chatting ws clients', () => {
   it('moves the nodes off each server in time, keeps every message once, and measures the longest stall', async (ctx) => {
-    const nodeList = NODES.map((name) => ({ name, server: node(name) }));
-    const { mark } = failureTimeline(ctx, nodeList);
-    // Created through a and b in turn, each owning half; a client on each node for each conversation.
-    const { ids, chatters, opened } = await openChatters(nodeList, CONVERSATIONS, { ...CHATTER, sockets });
-    expect(opened).toEqual(chatters.map(() => true));
-    const runs = chatters.map((c) => c.run());
-    await until(() => chatters.every((c) => c.acksSince(0) >= ACKS_BEFORE), 'every client acknowledged', {
-      ...SERVER_WAIT,
-      timeoutMs: ACKS_BEFORE_TIMEOUT_MS,
-    });
+    const { mark, ids, chatters, runs } = await startChatting(ctx, false);
 
     const firstStopAt = Date.now();
     const restarts: Array<{ server: string; stop: string; left_ms?: number; down_ms: number; current_ms: number }> = [];
@@ -128,19 +119,7 @@ describe('a rolling restart of the nats-servers under chatting ws clients', () =
 
 describe('a rolling restart of the Tether nodes under chatting ws clients', () => {
   it('drains each node in turn, its clients going to the other, keeps every message once, and measures the longest stall', async (ctx) => {
-    const nodeList = NODES.map((name) => ({ name, server: node(name) }));
-    const { mark } = failureTimeline(ctx, nodeList);
-    const { ids, chatters, opened } = await openChatters(nodeList, CONVERSATIONS, {
-      ...CHATTER,
-      sockets,
-      failover: true,
-    });
-    expect(opened).toEqual(chatters.map(() => true));
-    const runs = chatters.map((c) => c.run());
-    await until(() => chatters.every((c) => c.acksSince(0) >= ACKS_BEFORE), 'every client acknowledged', {
-      ...SERVER_WAIT,
-      timeoutMs: ACKS_BEFORE_TIMEOUT_MS,
-    });
+    const { mark, ids, chatters, runs } = await startChatting(ctx, true);
 
     const firstStopAt = Date.now();
     const restarts: Array<{ node: string; drain_ms: number; start_ms: number }> = [];
@@ -159,6 +138,24 @@ describe('a rolling restart of the Tether nodes under chatting ws clients', () =
     await finishAndCheck(chatters, ids, { from: firstStopAt, mark, runs, figures: { restarts }, reconnects: true });
   }, 150_000);
 });
+
+/**
+ * Conversations created through a and b in turn, each owning half, a client on
+ * each node for each (with `failover`, one whose node closes or refuses it
+ * goes to the other), chatting, each acknowledged a few times already.
+ */
+async function startChatting(ctx: { onTestFailed(fn: () => void): void }, failover: boolean) {
+  const nodeList = NODES.map((name) => ({ name, server: node(name) }));
+  const { mark } = failureTimeline(ctx, nodeList);
+  const { ids, chatters, opened } = await openChatters(nodeList, CONVERSATIONS, { ...CHATTER, sockets, failover });
+  expect(opened).toEqual(chatters.map(() => true));
+  const runs = chatters.map((c) => c.run());
+  await until(() => chatters.every((c) => c.acksSince(0) >= ACKS_BEFORE), 'every client acknowledged', {
+    ...SERVER_WAIT,
+    timeoutMs: ACKS_BEFORE_TIMEOUT_MS,
+  });
+  return { mark, ids, chatters, runs };
+}
 
 /**
  * Every client acknowledged once more, then stopped; the figures printed (the
