@@ -24,7 +24,7 @@ import { assertConversationId } from './assertConversationId.ts';
 import { VersionConflictError } from './errors.ts';
 import { readRange, scopedMsgId } from './eventLogRules.ts';
 import { JetStreamFollower } from './jetStreamFollower.ts';
-import { JetStreamPublisher } from './jetStreamPublisher.ts';
+import { JetStreamPublisher, type PubAck } from './jetStreamPublisher.ts';
 import {
   DEFAULT_STREAM,
   DEFAULT_SUBJECT_PREFIX,
@@ -105,19 +105,27 @@ export class JetStreamEventLog implements EventLog {
     } catch (err) {
       throw toStoreError(err, `appending to conversation ${conversationId}`);
     }
-    if (ack.ok) {
-      this.expectDelivery(conversationId, ack.seq);
-      return { seq: ack.seq, duplicate: ack.duplicate };
-    }
+    const stored = ack.ok
+      ? { seq: ack.seq, duplicate: ack.duplicate }
+      : await this.#refused(conversationId, expectedLastSeq, ack);
+    this.expectDelivery(conversationId, stored.seq);
+    return stored;
+  }
+
+  /** A publish JetStream did not take: our own first send, stored after all, or a conflict or refusal. */
+  async #refused(
+    conversationId: string,
+    expectedLastSeq: number,
+    ack: Extract<PubAck, { ok: false }>,
+  ): Promise<AppendResult> {
     if (CONFLICT_CODES.has(ack.errCode)) {
       // Sent again after a drop or a 503, it may meet its own first send, stored: a stream leader elected
       // meanwhile may not know that send's msg id yet. The next event on the subject says whether it is ours.
       const ours =
-        ack.resentAs === undefined ? undefined : await this.#storedAs(subject, expectedLastSeq, ack.resentAs);
-      if (ours !== undefined) {
-        this.expectDelivery(conversationId, ours);
-        return { seq: ours, duplicate: false };
-      }
+        ack.resentAs === undefined
+          ? undefined
+          : await this.#storedAs(subjectFor(this.subjectPrefix, conversationId), expectedLastSeq, ack.resentAs);
+      if (ours !== undefined) return { seq: ours, duplicate: false };
       throw new VersionConflictError(conversationId, expectedLastSeq, { cause: new Error(ack.description) });
     }
     throw new Error(`JetStream refused an event of ${conversationId}: ${ack.description} (${ack.errCode})`);

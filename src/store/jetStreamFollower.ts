@@ -4,6 +4,7 @@ import { parseStoredEvent } from '../../protocol/index.ts';
 import { CreditedPull } from './creditedPull.ts';
 import type { FollowHandlers, LogFollower } from './eventLog.ts';
 import type { OrderedConsumers } from './orderedConsumers.ts';
+import { SilenceWatch } from './silenceWatch.ts';
 
 /**
  * How long a follow waits before it opens its consumer again after a failure:
@@ -24,17 +25,6 @@ const restartDelay = (failures: number) => (failures <= 1 ? FIRST_RESTART_DELAY_
  */
 const HEARTBEAT_MS = 1_000;
 const ORPHAN_MS = 60_000;
-/**
- * An event the follow was told is stored (see expect) and has not brought,
- * while it brought nothing at all for two of these: its consumer is taken to
- * be gone with a server that stopped without a word to this connection (the
- * consumer of a replicated stream lives on one of the stream's servers, not
- * necessarily the one this node is connected to), and a new one is opened,
- * well before two heartbeats are missed. Two, so that an event loop blocked
- * past one check is not taken for silence.
- */
-const EXPECT_CHECK_MS = 250;
-const SILENT_CHECKS = 2;
 /**
  * A consumer not made this long after it was asked for: the follow reads on
  * with direct gets until it is. Making a consumer needs JetStream's meta
@@ -83,14 +73,9 @@ export class JetStreamFollower implements LogFollower {
   readonly #statuses: AsyncIterable<Status>;
   readonly #elections: Subscription | undefined;
   readonly #done: Promise<void>;
-  /** The highest sequence the follow was told is stored (0: none), and the check that waits for it. */
-  #expected = 0;
-  #expectCheck: ReturnType<typeof setInterval> | undefined;
   /** A manager whose requests wait BRIDGE_GET_TIMEOUT_MS, made at the first bridge. */
   #bridgeJsm: Promise<JetStreamManager> | undefined;
-  #nextAtCheck = 0;
-  #pullAtCheck: CreditedPull | undefined;
-  #silentChecks = 0;
+  readonly #watch = new SilenceWatch({ next: () => this.#next, pull: () => this.#pull }, () => this.#restart());
 
   constructor(options: JetStreamFollowerOptions, handlers: FollowHandlers) {
     this.#options = options;
@@ -105,45 +90,16 @@ export class JetStreamFollower implements LogFollower {
 
   /**
    * An event is stored at `seq` (this node appended it, or the node that did
-   * said so): the follow should bring it within moments. If its pull brings
-   * nothing at all meanwhile, it opens a new consumer where it stopped
-   * (EXPECT_CHECK_MS), once: an expected event that never comes (purged
-   * before it was brought) costs one new consumer, not one every half second;
-   * a later event expected arms the check again.
+   * said so): the follow should bring it within moments; if its pull brings
+   * nothing at all meanwhile, it opens a new consumer where it stopped (SilenceWatch).
    */
   expect(seq: number): void {
-    if (this.#stopped || seq < this.#next || seq <= this.#expected) return;
-    this.#expected = seq;
-    if (this.#expectCheck) return;
-    this.#nextAtCheck = this.#next;
-    this.#pullAtCheck = this.#pull;
-    this.#silentChecks = 0;
-    this.#expectCheck = setInterval(() => this.#checkExpected(), EXPECT_CHECK_MS);
-    this.#expectCheck.unref();
-  }
-
-  #checkExpected(): void {
-    if (this.#stopped || this.#next > this.#expected) return this.#endExpectCheck();
-    // Silence counts for one pull only: a new one (after a reconnect, an election) starts from none.
-    if (this.#next !== this.#nextAtCheck || this.#pull !== this.#pullAtCheck || !this.#pull) {
-      this.#nextAtCheck = this.#next;
-      this.#pullAtCheck = this.#pull;
-      this.#silentChecks = 0;
-    } else if (++this.#silentChecks >= SILENT_CHECKS) {
-      this.#endExpectCheck();
-      this.#restart();
-    }
-  }
-
-  #endExpectCheck(): void {
-    clearInterval(this.#expectCheck);
-    this.#expectCheck = undefined;
-    this.#pullAtCheck = undefined;
+    if (!this.#stopped) this.#watch.expect(seq);
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
-    clearInterval(this.#expectCheck);
+    this.#watch.stop();
     // Without this the connection keeps the iterator as a status listener until its next status event,
     // and a follow that starts and stops as sessions come and go would leave one behind each time.
     (this.#statuses as AsyncIterable<unknown> & { stop?: () => void }).stop?.();

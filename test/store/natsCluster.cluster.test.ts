@@ -23,7 +23,7 @@ const CATCH_UP_TIMEOUT_MS = 15_000;
  * The live feed brings an event appended after its consumer's server was
  * killed within this: two missed heartbeats alone take 2 to 3 s; an append
  * this node made tells the feed what to expect, and silence is noticed
- * after 0.5 to 0.75 s (jetStreamFollower.ts).
+ * after 0.5 to 0.75 s (silenceWatch.ts).
  */
 const FEED_BACK_MS = 1_800;
 
