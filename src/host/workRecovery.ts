@@ -24,6 +24,17 @@ export interface RecoveryDeps {
   purge: (conversationId: string, user: string) => Promise<void>;
   /** Finishes a delete a process began and did not end. */
   finishDelete: (record: DeleteRecord) => Promise<void>;
+  /** Waits before each new run after one that could not finish something (the last repeats). */
+  retryDelaysMs?: readonly number[];
+}
+
+/** A run that failed somewhere is made again after these waits, the last repeating until one succeeds. */
+const RETRY_DELAYS_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
+
+/** One run: how many conversations came back, and whether something could not be looked at or finished. */
+interface RunResult {
+  count: number;
+  failed: boolean;
 }
 
 /**
@@ -36,6 +47,9 @@ export interface RecoveryDeps {
  * by this node) are taken: each is claimed first, and given up again when it
  * was idle. Deletes under way with no live owner are finished first (their
  * markers are then not looked at). One run at a time; one asked for meanwhile runs after it.
+ * A run that could not finish something (a store that did not answer) is made
+ * again after a wait, until one finishes everything: nothing else would ask
+ * for it on a node alone.
  */
 export class WorkRecovery {
   readonly #host: RecoveryHost;
@@ -43,6 +57,8 @@ export class WorkRecovery {
   #running: Promise<number> | null = null;
   #again = false;
   #stopped = false;
+  #retries = 0;
+  #retryTimer: NodeJS.Timeout | null = null;
 
   constructor(host: RecoveryHost, deps: RecoveryDeps) {
     this.#host = host;
@@ -55,12 +71,23 @@ export class WorkRecovery {
       this.#again = true;
       return this.#running;
     }
+    this.#cancelRetry();
     const loop = async (): Promise<number> => {
       let count = 0;
-      do {
-        this.#again = false;
-        count += await this.#once();
-      } while (this.#again && !this.#stopped);
+      let failed = false;
+      try {
+        do {
+          this.#again = false;
+          const result = await this.#once();
+          count += result.count;
+          failed ||= result.failed;
+        } while (this.#again && !this.#stopped);
+      } catch (err) {
+        failed = true;
+        throw err;
+      } finally {
+        this.#afterRun(failed);
+      }
       return count;
     };
     this.#running = loop().finally(() => {
@@ -72,6 +99,7 @@ export class WorkRecovery {
   /** No run starts after this (a draining node takes nothing over). */
   stop(): void {
     this.#stopped = true;
+    this.#cancelRetry();
   }
 
   /** Resolves once no run is under way. */
@@ -79,10 +107,34 @@ export class WorkRecovery {
     await this.#running?.catch(() => undefined);
   }
 
-  async #once(): Promise<number> {
-    if (this.#stopped) return 0;
+  /** After a run that failed somewhere, another one later; after a clean one, the waits start over. */
+  #afterRun(failed: boolean): void {
+    if (!failed) {
+      this.#retries = 0;
+      return;
+    }
+    if (this.#stopped) return;
+    const delays = this.#deps.retryDelaysMs ?? RETRY_DELAYS_MS;
+    const delay = delays[Math.min(this.#retries, delays.length - 1)]!;
+    this.#retries++;
+    this.#deps.logger.warn('recovery left something unfinished; it runs again', { retry_in_ms: delay });
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      void this.run().catch((err: unknown) => this.#deps.logger.error('recovery failed', errorFields(err)));
+    }, delay);
+    this.#retryTimer.unref();
+  }
+
+  #cancelRetry(): void {
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
+  }
+
+  async #once(): Promise<RunResult> {
+    if (this.#stopped) return { count: 0, failed: false };
     const { conversations, log, ownership, logger } = this.#deps;
-    const deleting = await this.#finishDeletes();
+    const { deleting, failed: deleteFailed } = await this.#finishDeletes();
+    let failed = deleteFailed;
     const markers = (await conversations.markers()).filter((m) => !deleting.has(m.conversation_id));
     const probe = pLimit(this.#deps.concurrency);
     const found = await Promise.all(
@@ -100,6 +152,7 @@ export class WorkRecovery {
             });
           } catch (err) {
             logger.warn('recovering a conversation failed', { conversation_id: id, ...errorFields(err) });
+            failed = true;
             return undefined;
           }
         }),
@@ -108,13 +161,14 @@ export class WorkRecovery {
     const chosen = found.filter((step) => step !== undefined);
     await Promise.allSettled(chosen.map((step) => step.rehydrating));
     if (chosen.length > 0) logger.info('recovered conversations', { count: chosen.length });
-    return chosen.length;
+    return { count: chosen.length, failed };
   }
 
   /** Finishes the deletes whose process is gone (claimed first, like a marker); the ids of every delete under way. */
-  async #finishDeletes(): Promise<Set<string>> {
+  async #finishDeletes(): Promise<{ deleting: Set<string>; failed: boolean }> {
     const { conversations, ownership, logger } = this.#deps;
     const records = await conversations.deletions();
+    let failed = false;
     for (const record of records) {
       const id = record.conversation_id;
       try {
@@ -126,9 +180,10 @@ export class WorkRecovery {
         });
       } catch (err) {
         logger.warn('finishing a delete failed', { conversation_id: id, ...errorFields(err) });
+        failed = true;
       }
     }
-    return new Set(records.map((r) => r.conversation_id));
+    return { deleting: new Set(records.map((r) => r.conversation_id)), failed };
   }
 }
 

@@ -136,7 +136,7 @@ describe('DELETE /api/conversations/:id', () => {
     const again = await e2e.start({ dataDir, env: env() });
     await until(
       async () => (await traces(id, dataDir)).length === 0,
-      'the restarted server to finish the delete',
+      () => `the restarted server to finish the delete; its log:\n${again.stderr()}`,
       SERVER_WAIT,
     );
     expect((await http(again.baseUrl, 'GET', `/api/conversations/${id}`)).status).toBe(404);
