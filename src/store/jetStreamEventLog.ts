@@ -1,11 +1,5 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import {
-  JetStreamApiCodes,
-  jetstreamManager,
-  type Consumer,
-  type JsMsg,
-  type JetStreamManager,
-} from '@nats-io/jetstream';
+import { JetStreamApiCodes, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { eventBytes, type LoggedEvent, type StoredEvent } from '../../protocol/index.ts';
 import type {
   AppendOptions,
@@ -35,6 +29,7 @@ import {
 } from './natsConnection.ts';
 import { toStoreError } from './natsErrors.ts';
 import { OrderedConsumers } from './orderedConsumers.ts';
+import { PageReader } from './pageReader.ts';
 
 /** Stream name (default `TETHER_EVENTS`), subject prefix (default `tether.conv`) and replicas (default 1). */
 export interface JetStreamEventLogOptions extends EventStreamOptions {
@@ -42,12 +37,9 @@ export interface JetStreamEventLogOptions extends EventStreamOptions {
   onFollowError?: (err: unknown) => void;
   /** What the follow keeps of each followed conversation to serve a resume from memory (DEFAULT_TAIL_LIMITS). */
   tail?: Partial<TailLimits>;
+  /** Makes the consumers reads use (tests hold them back). */
+  consumers?: OrderedConsumers;
 }
-
-/** A read that receives nothing for this long while messages are pending means the subject was purged under us. */
-const READ_STALL_MS = 10_000;
-/** Read consumers are deleted after use; this only bounds a leak if the delete is lost. */
-const READ_CONSUMER_IDLE_MS = 60_000;
 
 // Both codes mean "the subject moved past the expected sequence"; 10164 is how
 // newer servers say it when they cannot tell the actual last sequence.
@@ -74,6 +66,7 @@ export class JetStreamEventLog implements EventLog {
   readonly subjectPrefix: string;
   readonly #nc: NatsConnection;
   readonly #consumers: OrderedConsumers;
+  readonly #pages: PageReader;
   readonly #jsm: JetStreamManager;
   readonly #subscriptions: LogSubscriptions;
   // Made at the first append: a log opened by a start attempt that then failed holds no subscription or timer.
@@ -83,8 +76,9 @@ export class JetStreamEventLog implements EventLog {
     this.stream = options.stream ?? DEFAULT_STREAM;
     this.subjectPrefix = options.subjectPrefix ?? DEFAULT_SUBJECT_PREFIX;
     this.#nc = nc;
-    this.#consumers = new OrderedConsumers(nc);
+    this.#consumers = options.consumers ?? new OrderedConsumers(nc);
     this.#jsm = jsm;
+    this.#pages = new PageReader(nc, this.#consumers, this.stream);
     this.#subscriptions = new LogSubscriptions(this, { onFollowError: options.onFollowError, tail: options.tail });
   }
 
@@ -140,21 +134,13 @@ export class JetStreamEventLog implements EventLog {
   }
 
   async read(conversationId: string, options?: ReadOptions): Promise<ReadPage> {
-    const { afterSeq, limit, maxBytes } = readRange(options);
+    const range = readRange(options);
     const subject = subjectFor(this.subjectPrefix, conversationId);
     try {
       // One direct get answers the common "nothing new" case without a consumer.
-      if ((await this.#lastSeqOn(subject)) <= afterSeq) return { items: [], hasMore: false };
-      const consumer = await this.#consumers.get(this.stream, {
-        filter_subjects: subject, // a string: 2.9 has no multi-filter consumers
-        opt_start_seq: afterSeq + 1,
-        inactive_threshold: READ_CONSUMER_IDLE_MS,
-      });
-      try {
-        return await readPage(consumer, limit, maxBytes, pullBytes(this.#nc));
-      } finally {
-        consumer.delete().catch(() => {});
-      }
+      const lastSeq = await this.#lastSeqOn(subject);
+      if (lastSeq <= range.afterSeq) return { items: [], hasMore: false };
+      return await this.#pages.read(subject, { ...range, lastSeq });
     } catch (err) {
       throw toStoreError(err, `reading conversation ${conversationId}`);
     }
@@ -223,57 +209,6 @@ export class JetStreamEventLog implements EventLog {
     // The client maps the server's "no message found" (404) to null.
     const last = await this.#jsm.direct.getMessage(this.stream, { last_by_subj: subject });
     return last === null ? 0 : last.seq;
-  }
-}
-
-/**
- * Reads from a fresh ordered consumer until the page is full or nothing is
- * pending. The consumer's creation reply says how many messages match, so the
- * read stops at exactly that many and never waits for a timeout. Pulls are
- * bounded in bytes, not messages: a pull of many large events would exceed
- * what nats-server queues for one client (64 MiB by default), and the server
- * would then drop the node's whole connection as a slow consumer. The page
- * ends early once it holds `maxBytes` (what it is kept in memory for).
- */
-async function readPage(consumer: Consumer, limit: number, maxBytes: number, pullBytes: number): Promise<ReadPage> {
-  const pending = (await consumer.info(true)).num_pending;
-  const want = Math.min(limit, pending);
-  const items: LoggedEvent[] = [];
-  if (want === 0) return { items, hasMore: pending > 0 };
-  const messages = await consumer.consume({ max_bytes: pullBytes });
-  let seen = 0;
-  const stall = setInterval(() => {
-    if (items.length === seen) messages.stop();
-    seen = items.length;
-  }, READ_STALL_MS);
-  // Only the last message needs its JetStream info parsed (a tenth of a read's cost when done for each).
-  let last: JsMsg | undefined;
-  let bytes = 0;
-  try {
-    for await (const m of messages) {
-      items.push(toLoggedEvent(m));
-      last = m;
-      bytes += m.data.length;
-      if (items.length >= want || bytes >= maxBytes) break;
-    }
-  } finally {
-    clearInterval(stall);
-    messages.stop();
-  }
-  return { items, hasMore: last ? last.info.pending > 0 : pending > 0 };
-}
-
-const decoder = new TextDecoder();
-
-/**
- * A stored message as a LoggedEvent. JSON.parse only: events were validated
- * before they were appended, and this is the hot path of every replay.
- */
-function toLoggedEvent(m: JsMsg): LoggedEvent {
-  try {
-    return { seq: m.seq, event: JSON.parse(decoder.decode(m.data)) as StoredEvent };
-  } catch (err) {
-    throw new Error(`stream message ${m.seq} on ${m.subject} is not JSON`, { cause: err });
   }
 }
 

@@ -11,7 +11,7 @@ import {
 } from '../../src/store/index.ts';
 import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
 import { connectNats } from '../../src/store/natsConnection.ts';
-import { startNatsCluster, type NatsCluster } from '../support/natsCluster.ts';
+import { startNatsCluster, untilReplicasCurrent, type NatsCluster } from '../support/natsCluster.ts';
 import { uniqueBucketName, uniqueStreamName, uniqueSubjectPrefix } from '../support/nats.ts';
 import { eventually } from '../support/serverProcess.ts';
 import { appendMany, collector, newConversationId } from './eventLogContract.ts';
@@ -26,6 +26,17 @@ const CATCH_UP_TIMEOUT_MS = 15_000;
  * after 0.5 to 0.75 s (silenceWatch.ts).
  */
 const FEED_BACK_MS = 1_800;
+/** A read brings its page within this when the meta leader was just killed (consumers wait for a new one). */
+const READ_BACK_MS = 1_500;
+
+/** The server that is JetStream's meta leader, as the first running server's monitor says. */
+async function metaLeader(cluster: NatsCluster): Promise<string> {
+  const server = cluster.servers.find((s) => s.running)!;
+  const jsz = (await (await fetch(`${server.monitorUrl}/jsz`)).json()) as { meta_cluster?: { leader?: string } };
+  const leader = jsz.meta_cluster?.leader;
+  if (!leader) throw new Error('no meta leader yet');
+  return leader;
+}
 
 /** Publishes until the stream acknowledges it; the message id makes a retry of a publish that landed a no-op. */
 async function publishAcked(js: JetStreamClient, subject: string, n: number): Promise<void> {
@@ -46,7 +57,7 @@ describe('a three-node nats-server cluster', () => {
   let nc: NatsConnection | undefined;
 
   beforeAll(async () => {
-    cluster = await startNatsCluster();
+    cluster = await startNatsCluster({ monitor: true });
   });
 
   afterAll(async () => {
@@ -185,5 +196,34 @@ describe('a three-node nats-server cluster', () => {
     expect(tookMs).toBeLessThan(FEED_BACK_MS);
     subscription.close();
     await cluster.restart(on);
+  });
+
+  test('a read brings its page by direct gets when the meta leader, which makes consumers, was just killed', async () => {
+    const leader = await eventually(() => metaLeader(cluster), 'a meta leader');
+    const other = cluster.servers.find((s) => s.name !== leader)!;
+    // Connected to a server that stays, so that only the consumer's creation waits.
+    const own = await connectNats(other.url, { name: 'read-test' });
+    try {
+      const log = await jetStreamEventLog(own, {
+        stream: uniqueStreamName(),
+        subjectPrefix: uniqueSubjectPrefix(),
+        replicas: 3,
+      });
+      const conversation = newConversationId();
+      await appendMany(log, conversation, 30);
+      await untilReplicasCurrent(cluster);
+
+      await cluster.kill(leader);
+      const t0 = performance.now();
+      const page = await log.read(conversation);
+      const tookMs = performance.now() - t0;
+      console.log(`read with the meta leader just killed: ${Math.round(tookMs)} ms`);
+      expect(page.items.map((e) => e.event.id)).toEqual(Array.from({ length: 30 }, (_, i) => i));
+      expect(page.hasMore).toBe(false);
+      expect(tookMs).toBeLessThan(READ_BACK_MS);
+    } finally {
+      await own.close();
+      await cluster.restart(leader);
+    }
   });
 });

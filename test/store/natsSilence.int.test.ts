@@ -126,23 +126,58 @@ describe('the live feed told of an event it does not bring', () => {
   });
 });
 
+/** Consumers made `slowFor` ms late, as while JetStream's meta leader, which makes them, is being elected. */
+function slowConsumers(slowFor: number): OrderedConsumers {
+  return new (class extends OrderedConsumers {
+    override get(...args: Parameters<OrderedConsumers['get']>) {
+      return new Promise((resolve) => setTimeout(resolve, slowFor)).then(() => super.get(...args));
+    }
+  })(nc);
+}
+
+describe('a read while its consumer is slow to be made', () => {
+  it('reads its page by direct gets from half a second on, each event once and in order; the late consumer goes', async () => {
+    const options = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() };
+    const plain = await jetStreamEventLog(nc, options);
+    onTestFinished(() => jsm.streams.delete(plain.stream).then(() => undefined));
+    const log = await jetStreamEventLog(nc, { ...options, consumers: slowConsumers(2_000) });
+    const c = newConversationId();
+    const seqs = await appendMany(plain, c, 8);
+    await appendMany(plain, newConversationId(), 2);
+
+    let t0 = performance.now();
+    const whole = await log.read(c, { afterSeq: seqs[1]! });
+    const took = performance.now() - t0;
+    expect(whole).toEqual(await plain.read(c, { afterSeq: seqs[1]! }));
+    expect(whole.items.map((i) => i.event.id)).toEqual([2, 3, 4, 5, 6, 7]);
+    expect(took).toBeGreaterThanOrEqual(450);
+    expect(took).toBeLessThan(1_500);
+    t0 = performance.now();
+    const first = await log.read(c, { limit: 3 });
+    expect(performance.now() - t0).toBeLessThan(1_500);
+    expect(first).toEqual(await plain.read(c, { limit: 3 }));
+    expect(first.hasMore).toBe(true);
+
+    // The consumers made late are deleted once they come.
+    await new Promise((resolve) => setTimeout(resolve, t0 + 2_300 - performance.now()));
+    await until(
+      async () => ((await jsm.consumers.list(log.stream).next()).length === 0 ? true : undefined),
+      'the late consumers to go',
+    );
+  });
+});
+
 describe('the live feed while its consumer is slow to be made', () => {
   it('brings the events by direct gets meanwhile, in order, then takes the consumer: each event once', async () => {
     const log = await jetStreamEventLog(nc, { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() });
     onTestFinished(() => jsm.streams.delete(log.stream).then(() => undefined));
     const slowFor = 2_000;
-    // As when JetStream's meta leader, which makes consumers, is being elected: the stream itself answers.
-    class SlowConsumers extends OrderedConsumers {
-      override get(...args: Parameters<OrderedConsumers['get']>) {
-        return new Promise((resolve) => setTimeout(resolve, slowFor)).then(() => super.get(...args));
-      }
-    }
     const got: LoggedEvent[] = [];
     const follower = new JetStreamFollower(
       {
         nc,
         jsm,
-        consumers: new SlowConsumers(nc),
+        consumers: slowConsumers(slowFor),
         stream: log.stream,
         subjectPrefix: log.subjectPrefix,
         maxBytes: 1 << 20,
