@@ -28,8 +28,12 @@ export interface RecoveryDeps {
   retryDelaysMs?: readonly number[];
 }
 
-/** A run that failed somewhere is made again after these waits, the last repeating until one succeeds. */
-const RETRY_DELAYS_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
+/**
+ * A run that failed somewhere is made again after these waits, the last
+ * repeating until one succeeds: soon for what a store's short absence cut,
+ * then seldom for what keeps failing (each run lists every marker again).
+ */
+const RETRY_DELAYS_MS = [1_000, 2_000, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000];
 
 /** One run: how many conversations came back, and whether something could not be looked at or finished. */
 interface RunResult {
@@ -80,7 +84,8 @@ export class WorkRecovery {
           this.#again = false;
           const result = await this.#once();
           count += result.count;
-          failed ||= result.failed;
+          // A later pass looks at everything again: its result is the run's.
+          failed = result.failed;
         } while (this.#again && !this.#stopped);
       } catch (err) {
         failed = true;

@@ -25,11 +25,19 @@ const GET_ATTEMPTS = 3;
 /** What one page covers: after `afterSeq`, up to the subject's `lastSeq` when the read began. */
 export type PageRange = ReadRange & { lastSeq: number };
 
+/** What a page holds so far: its items and their stored bytes. */
+interface Begun {
+  items: LoggedEvent[];
+  bytes: number;
+}
+
 /**
  * Reads one page of a subject: from a fresh ordered consumer, or, when that
  * is slow to be made, by direct gets (`next_by_subj`), one event at a time,
- * which any of the stream's servers answers. The direct gets end the page
- * early once the consumer comes: they are a fallback, slower for a long page.
+ * which any of the stream's servers answers. The direct gets are a fallback,
+ * slower for a long page: once the consumer comes (or a get finds nothing or
+ * fails) the page goes on with the consumer, after what they brought, so a
+ * page is the same whichever way it was read.
  */
 export class PageReader {
   readonly #nc: NatsConnection;
@@ -45,73 +53,78 @@ export class PageReader {
   }
 
   async read(subject: string, range: PageRange): Promise<ReadPage> {
-    const making = this.#consumers.get(this.#stream, {
-      filter_subjects: subject, // a string: 2.9 has no multi-filter consumers
-      opt_start_seq: range.afterSeq + 1,
-      inactive_threshold: READ_CONSUMER_IDLE_MS,
-    });
-    let consumer = await soonOrNull(making, SLOW_CONSUMER_MS);
-    if (consumer === null) {
-      const direct = await this.#whileMaking(subject, range, making);
-      if (!direct.came) return direct.page;
-      // The consumer came before the first get: it reads the page.
-      if (direct.page.items.length > 0) {
-        direct.came.delete().catch(() => {});
-        return direct.page;
-      }
-      consumer = direct.came;
-    }
+    let done = false;
+    const making = this.#consumers.get(
+      this.#stream,
+      {
+        filter_subjects: subject, // a string: 2.9 has no multi-filter consumers
+        opt_start_seq: range.afterSeq + 1,
+        inactive_threshold: READ_CONSUMER_IDLE_MS,
+      },
+      // No further attempt once the page is read (by direct gets).
+      () => done,
+    );
     try {
-      return await readPage(consumer, range.limit, range.maxBytes, pullBytes(this.#nc));
+      let consumer = await soonOrNull(making, SLOW_CONSUMER_MS);
+      let begun: Begun = { items: [], bytes: 0 };
+      if (consumer === null) {
+        const direct = await this.#byDirectGets(subject, range, making);
+        if (direct.whole) return direct.page;
+        begun = direct.page;
+        consumer = await making;
+      }
+      return await readPage(consumer, range, pullBytes(this.#nc), begun);
     } finally {
-      consumer.delete().catch(() => {});
+      done = true;
+      // The consumer, used or made after all (once it comes).
+      making.then(
+        (made) => void made.delete().catch(() => {}),
+        () => undefined,
+      );
     }
   }
 
-  /** A page by direct gets while `making` has not come: the consumer if it came meanwhile (deleted if later). */
-  async #whileMaking(
+  /**
+   * The page by direct gets until `making` comes: whole, or begun (the
+   * consumer came, a get found nothing before the page's last sequence, or
+   * failed: the consumer goes on from there).
+   */
+  async #byDirectGets(
     subject: string,
     range: PageRange,
     making: Promise<Consumer>,
-  ): Promise<{ page: ReadPage; came?: Consumer }> {
-    let came: Consumer | undefined;
-    let used = false;
+  ): Promise<{ whole: true; page: ReadPage } | { whole: false; page: Begun }> {
+    let came = false;
     making.then(
-      (late) => {
-        if (used) late.delete().catch(() => {});
-        else came = late;
-      },
+      () => void (came = true),
       () => undefined,
     );
-    this.#directJsm ??= jetstreamManager(this.#nc, { timeout: DIRECT_GET_TIMEOUT_MS, checkAPI: false });
-    try {
-      const page = await this.#byDirectGets(await this.#directJsm, subject, range, () => came !== undefined);
-      return { page, came };
-    } catch (err) {
-      came?.delete().catch(() => {});
-      throw err;
-    } finally {
-      used = true;
-    }
-  }
-
-  async #byDirectGets(
-    jsm: JetStreamManager,
-    subject: string,
-    range: PageRange,
-    enough: () => boolean,
-  ): Promise<ReadPage> {
     const items: LoggedEvent[] = [];
     let next = range.afterSeq + 1;
     let bytes = 0;
-    while (next <= range.lastSeq && items.length < range.limit && bytes < range.maxBytes && !enough()) {
-      const m = await this.#getNext(jsm, subject, next);
-      if (m === null || m.seq > range.lastSeq) break;
-      items.push({ seq: m.seq, event: parseMessage(m.seq, m.subject, m.data) });
-      bytes += m.data.length;
-      next = m.seq + 1;
+    try {
+      this.#directJsm ??= jetstreamManager(this.#nc, { timeout: DIRECT_GET_TIMEOUT_MS, checkAPI: false });
+      const jsm = await this.#directJsm;
+      while (next <= range.lastSeq && items.length < range.limit && bytes < range.maxBytes) {
+        if (came) return { whole: false, page: { items, bytes } };
+        const m = await this.#getNext(jsm, subject, next);
+        if (m === null) break;
+        if (m.seq > range.lastSeq) {
+          next = m.seq;
+          break;
+        }
+        items.push({ seq: m.seq, event: parseMessage(m.seq, m.subject, m.data) });
+        bytes += m.data.length;
+        next = m.seq + 1;
+      }
+    } catch {
+      return { whole: false, page: { items, bytes } };
     }
-    return { items, hasMore: next <= range.lastSeq };
+    if (next <= range.lastSeq && items.length < range.limit && bytes < range.maxBytes) {
+      // Nothing found before the last sequence: the consumer says what is there.
+      return { whole: false, page: { items, bytes } };
+    }
+    return { whole: true, page: { items, hasMore: next <= range.lastSeq } };
   }
 
   async #getNext(jsm: JetStreamManager, subject: string, seq: number): Promise<StoredMsg | null> {
@@ -127,39 +140,49 @@ export class PageReader {
 
 /**
  * Reads from a fresh ordered consumer until the page is full or nothing is
- * pending. The consumer's creation reply says how many messages match, so the
+ * pending, after what `begun` already holds (the consumer's first messages,
+ * skipped: only their sequences are read). The consumer's creation reply says how many messages match, so the
  * read stops at exactly that many and never waits for a timeout. Pulls are
  * bounded in bytes, not messages: a pull of many large events would exceed
  * what nats-server queues for one client (64 MiB by default), and the server
  * would then drop the node's whole connection as a slow consumer. The page
  * ends early once it holds `maxBytes` (what it is kept in memory for).
  */
-async function readPage(consumer: Consumer, limit: number, maxBytes: number, pullBytes: number): Promise<ReadPage> {
+async function readPage(consumer: Consumer, range: PageRange, pullBytes: number, begun: Begun): Promise<ReadPage> {
   const pending = (await consumer.info(true)).num_pending;
-  const want = Math.min(limit, pending);
-  const items: LoggedEvent[] = [];
-  if (want === 0) return { items, hasMore: pending > 0 };
+  const want = Math.min(range.limit, pending);
+  const { items } = begun;
+  let { bytes } = begun;
+  // The consumer brings what the direct gets brought first (unless some was purged meanwhile).
+  let skip = items.length;
+  const skipThrough = items.at(-1)?.seq ?? 0;
+  if (items.length >= want || bytes >= range.maxBytes) return { items, hasMore: pending > items.length };
   const messages = await consumer.consume({ max_bytes: pullBytes });
-  let seen = 0;
+  let seen = -1;
+  let delivered = 0;
   const stall = setInterval(() => {
-    if (items.length === seen) messages.stop();
-    seen = items.length;
+    if (delivered === seen) messages.stop();
+    seen = delivered;
   }, READ_STALL_MS);
   // Only the last message needs its JetStream info parsed (a tenth of a read's cost when done for each).
   let last: JsMsg | undefined;
-  let bytes = 0;
   try {
     for await (const m of messages) {
+      delivered++;
+      if (skip > 0) {
+        skip = m.seq < skipThrough ? skip - 1 : 0;
+        if (m.seq <= skipThrough) continue;
+      }
       items.push({ seq: m.seq, event: parseMessage(m.seq, m.subject, m.data) });
       last = m;
       bytes += m.data.length;
-      if (items.length >= want || bytes >= maxBytes) break;
+      if (items.length >= want || bytes >= range.maxBytes) break;
     }
   } finally {
     clearInterval(stall);
     messages.stop();
   }
-  return { items, hasMore: last ? last.info.pending > 0 : pending > 0 };
+  return { items, hasMore: last ? last.info.pending > 0 : pending > items.length };
 }
 
 /** What `promise` gives within `ms`, else null (its rejection within `ms` is thrown). */

@@ -7,6 +7,7 @@ import { jetStreamEventLog } from '../../src/store/jetStreamEventLog.ts';
 import { JetStreamFollower } from '../../src/store/jetStreamFollower.ts';
 import { JetStreamPublisher } from '../../src/store/jetStreamPublisher.ts';
 import { OrderedConsumers } from '../../src/store/orderedConsumers.ts';
+import { PageReader } from '../../src/store/pageReader.ts';
 import { uniqueStreamName, uniqueSubjectPrefix, useTestJetStream } from '../support/nats.ts';
 import { until } from '../support/until.ts';
 import { appendMany, newConversationId } from './eventLogContract.ts';
@@ -164,6 +165,36 @@ describe('a read while its consumer is slow to be made', () => {
       async () => ((await jsm.consumers.list(log.stream).next()).length === 0 ? true : undefined),
       'the late consumers to go',
     );
+  });
+});
+
+describe('a read that its consumer overtakes', () => {
+  it('goes on with the consumer after what the direct gets brought: the whole log, each event once', async () => {
+    const options = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() };
+    const plain = await jetStreamEventLog(nc, options);
+    onTestFinished(() => jsm.streams.delete(plain.stream).then(() => undefined));
+    // Direct gets from 0.5 s, one at a time: far from 1,500 events when the consumer comes at 0.6 s.
+    const log = await jetStreamEventLog(nc, { ...options, consumers: slowConsumers(600) });
+    const c = newConversationId();
+    await appendMany(plain, c, 1_500);
+    const whole = await log.read(c);
+    expect(whole.items.map((i) => i.event.id)).toEqual(Array.from({ length: 1_500 }, (_, i) => i));
+    expect(whole).toEqual(await plain.read(c));
+  });
+
+  it('says what the consumer finds when a direct get finds nothing before the last sequence', async () => {
+    const options = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() };
+    const plain = await jetStreamEventLog(nc, options);
+    onTestFinished(() => jsm.streams.delete(plain.stream).then(() => undefined));
+    const c = newConversationId();
+    const seqs = await appendMany(plain, c, 3);
+    // As when the subject was purged after its last sequence was read.
+    const reader = new PageReader(nc, slowConsumers(800), plain.stream);
+    const subject = `${plain.subjectPrefix}.${newConversationId()}.events`;
+    expect(await reader.read(subject, { afterSeq: 0, lastSeq: seqs[2]!, limit: 10, maxBytes: 1 << 20 })).toEqual({
+      items: [],
+      hasMore: false,
+    });
   });
 });
 
