@@ -204,11 +204,9 @@ describe('a three-node nats-server cluster', () => {
     // Connected to a server that stays, so that only the consumer's creation waits.
     const own = await connectNats(other.url, { name: 'read-test' });
     try {
-      const log = await jetStreamEventLog(own, {
-        stream: uniqueStreamName(),
-        subjectPrefix: uniqueSubjectPrefix(),
-        replicas: 3,
-      });
+      const names = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix(), replicas: 3 };
+      // The test before restarted a server: JetStream may still be settling.
+      const log = await eventually(() => jetStreamEventLog(own, names), 'the event log');
       const conversation = newConversationId();
       await appendMany(log, conversation, 30);
       await untilReplicasCurrent(cluster);
