@@ -291,7 +291,9 @@ export async function kvConversationStore(
   const bucket = options.bucket ?? DEFAULT_CONVERSATION_BUCKET;
   let store;
   try {
-    const kv = await openBucket(nc, bucket, { replicas: options.replicas });
+    // Read from the leader: a replica that is behind would not know an entry just written (a 404 after the
+    // creation, and recovery purges a conversation whose marker has no entry).
+    const kv = await openBucket(nc, bucket, { replicas: options.replicas, leaderReads: true });
     store = new KvConversationStore(nc, await jetstreamManager(nc), kv, bucket);
   } catch (err) {
     throw toStoreError(err, 'opening the conversation bucket');
