@@ -30,6 +30,7 @@ import {
 import { toStoreError } from './natsErrors.ts';
 import { OrderedConsumers } from './orderedConsumers.ts';
 import { PageReader } from './pageReader.ts';
+import { directGet } from './directGet.ts';
 
 /** Stream name (default `TETHER_EVENTS`), subject prefix (default `tether.conv`) and replicas (default 1). */
 export interface JetStreamEventLogOptions extends EventStreamOptions {
@@ -78,7 +79,7 @@ export class JetStreamEventLog implements EventLog {
     this.#nc = nc;
     this.#consumers = options.consumers ?? new OrderedConsumers(nc);
     this.#jsm = jsm;
-    this.#pages = new PageReader(nc, this.#consumers, this.stream);
+    this.#pages = new PageReader(nc, jsm, this.#consumers, this.stream);
     this.#subscriptions = new LogSubscriptions(this, { onFollowError: options.onFollowError, tail: options.tail });
   }
 
@@ -127,9 +128,9 @@ export class JetStreamEventLog implements EventLog {
 
   /** The seq of the first event on `subject` after `afterSeq` when it carries `msgId`. */
   async #storedAs(subject: string, afterSeq: number, msgId: string): Promise<number | undefined> {
-    const next = await this.#jsm.direct
-      .getMessage(this.stream, { seq: afterSeq + 1, next_by_subj: subject })
-      .catch(() => null);
+    const next = await directGet(this.#jsm, this.stream, { seq: afterSeq + 1, next_by_subj: subject }).catch(
+      () => null,
+    );
     return next?.header?.get('Nats-Msg-Id') === msgId ? next.seq : undefined;
   }
 
@@ -159,7 +160,7 @@ export class JetStreamEventLog implements EventLog {
     const subject = subjectFor(this.subjectPrefix, conversationId);
     let message;
     try {
-      message = await this.#jsm.direct.getMessage(this.stream, { last_by_subj: subject });
+      message = await directGet(this.#jsm, this.stream, { last_by_subj: subject });
     } catch (err) {
       throw toStoreError(err, `reading the last event of conversation ${conversationId}`);
     }
@@ -207,7 +208,7 @@ export class JetStreamEventLog implements EventLog {
 
   async #lastSeqOn(subject: string): Promise<number> {
     // The client maps the server's "no message found" (404) to null.
-    const last = await this.#jsm.direct.getMessage(this.stream, { last_by_subj: subject });
+    const last = await directGet(this.#jsm, this.stream, { last_by_subj: subject });
     return last === null ? 0 : last.seq;
   }
 }

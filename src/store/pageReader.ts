@@ -1,10 +1,10 @@
 import type { NatsConnection } from '@nats-io/transport-node';
-import { jetstreamManager, type Consumer, type JetStreamManager, type JsMsg, type StoredMsg } from '@nats-io/jetstream';
+import type { Consumer, JetStreamManager, JsMsg } from '@nats-io/jetstream';
 import type { LoggedEvent, StoredEvent } from '../../protocol/index.ts';
 import type { ReadPage } from './eventLog.ts';
 import type { ReadRange } from './eventLogRules.ts';
 import { pullBytes } from './natsConnection.ts';
-import { isTimeout } from './natsErrors.ts';
+import { directGet } from './directGet.ts';
 import type { OrderedConsumers } from './orderedConsumers.ts';
 
 /** A read that receives nothing for this long while messages are pending means the subject was purged under us. */
@@ -17,10 +17,6 @@ const READ_CONSUMER_IDLE_MS = 60_000;
  * restart takes away for up to 5 s while the stream's servers answer.
  */
 const SLOW_CONSUMER_MS = 500;
-/** How long one direct get of such a read waits for an answer. */
-const DIRECT_GET_TIMEOUT_MS = 1_000;
-/** A get that one server does not answer (one going away) is asked again, of any of the stream's servers. */
-const GET_ATTEMPTS = 3;
 
 /** What one page covers: after `afterSeq`, up to the subject's `lastSeq` when the read began. */
 export type PageRange = ReadRange & { lastSeq: number };
@@ -43,11 +39,11 @@ export class PageReader {
   readonly #nc: NatsConnection;
   readonly #consumers: OrderedConsumers;
   readonly #stream: string;
-  /** For the direct gets: a short timeout. */
-  #directJsm: Promise<JetStreamManager> | undefined;
+  readonly #jsm: JetStreamManager;
 
-  constructor(nc: NatsConnection, consumers: OrderedConsumers, stream: string) {
+  constructor(nc: NatsConnection, jsm: JetStreamManager, consumers: OrderedConsumers, stream: string) {
     this.#nc = nc;
+    this.#jsm = jsm;
     this.#consumers = consumers;
     this.#stream = stream;
   }
@@ -103,11 +99,9 @@ export class PageReader {
     let next = range.afterSeq + 1;
     let bytes = 0;
     try {
-      this.#directJsm ??= jetstreamManager(this.#nc, { timeout: DIRECT_GET_TIMEOUT_MS, checkAPI: false });
-      const jsm = await this.#directJsm;
       while (next <= range.lastSeq && items.length < range.limit && bytes < range.maxBytes) {
         if (came) return { whole: false, page: { items, bytes } };
-        const m = await this.#getNext(jsm, subject, next);
+        const m = await directGet(this.#jsm, this.#stream, { seq: next, next_by_subj: subject });
         if (m === null) break;
         if (m.seq > range.lastSeq) {
           next = m.seq;
@@ -126,27 +120,18 @@ export class PageReader {
     }
     return { whole: true, page: { items, hasMore: next <= range.lastSeq } };
   }
-
-  async #getNext(jsm: JetStreamManager, subject: string, seq: number): Promise<StoredMsg | null> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await jsm.direct.getMessage(this.#stream, { seq, next_by_subj: subject });
-      } catch (err) {
-        if (attempt >= GET_ATTEMPTS || !isTimeout(err)) throw err;
-      }
-    }
-  }
 }
 
 /**
  * Reads from a fresh ordered consumer until the page is full or nothing is
  * pending, after what `begun` already holds (the consumer's first messages,
- * skipped: only their sequences are read). The consumer's creation reply says how many messages match, so the
- * read stops at exactly that many and never waits for a timeout. Pulls are
- * bounded in bytes, not messages: a pull of many large events would exceed
- * what nats-server queues for one client (64 MiB by default), and the server
- * would then drop the node's whole connection as a slow consumer. The page
- * ends early once it holds `maxBytes` (what it is kept in memory for).
+ * skipped: only their sequences are read). The consumer's creation reply
+ * says how many messages match, so the read stops at exactly that many and
+ * never waits for a timeout. Pulls are bounded in bytes, not messages: a
+ * pull of many large events would exceed what nats-server queues for one
+ * client (64 MiB by default), and the server would then drop the node's
+ * whole connection as a slow consumer. The page ends early once it holds
+ * `maxBytes` (what it is kept in memory for).
  */
 async function readPage(consumer: Consumer, range: PageRange, pullBytes: number, begun: Begun): Promise<ReadPage> {
   const pending = (await consumer.info(true)).num_pending;

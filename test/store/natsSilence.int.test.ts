@@ -189,7 +189,7 @@ describe('a read that its consumer overtakes', () => {
     const c = newConversationId();
     const seqs = await appendMany(plain, c, 3);
     // As when the subject was purged after its last sequence was read.
-    const reader = new PageReader(nc, slowConsumers(800), plain.stream);
+    const reader = new PageReader(nc, jsm, slowConsumers(800), plain.stream);
     const subject = `${plain.subjectPrefix}.${newConversationId()}.events`;
     expect(await reader.read(subject, { afterSeq: 0, lastSeq: seqs[2]!, limit: 10, maxBytes: 1 << 20 })).toEqual({
       items: [],
