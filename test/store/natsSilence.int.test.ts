@@ -136,12 +136,17 @@ function slowConsumers(slowFor: number): OrderedConsumers {
   })(nc);
 }
 
+/** One stream seen through two logs: `plain`, and `log`, whose read consumers come `slowFor` ms late. */
+async function logsWithSlowConsumers(slowFor: number) {
+  const options = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() };
+  const plain = await jetStreamEventLog(nc, options);
+  onTestFinished(() => jsm.streams.delete(plain.stream).then(() => undefined));
+  return { plain, log: await jetStreamEventLog(nc, { ...options, consumers: slowConsumers(slowFor) }) };
+}
+
 describe('a read while its consumer is slow to be made', () => {
   it('reads its page by direct gets from half a second on, each event once and in order; the late consumer goes', async () => {
-    const options = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() };
-    const plain = await jetStreamEventLog(nc, options);
-    onTestFinished(() => jsm.streams.delete(plain.stream).then(() => undefined));
-    const log = await jetStreamEventLog(nc, { ...options, consumers: slowConsumers(2_000) });
+    const { plain, log } = await logsWithSlowConsumers(2_000);
     const c = newConversationId();
     const seqs = await appendMany(plain, c, 8);
     await appendMany(plain, newConversationId(), 2);
@@ -170,11 +175,8 @@ describe('a read while its consumer is slow to be made', () => {
 
 describe('a read that its consumer overtakes', () => {
   it('goes on with the consumer after what the direct gets brought: the whole log, each event once', async () => {
-    const options = { stream: uniqueStreamName(), subjectPrefix: uniqueSubjectPrefix() };
-    const plain = await jetStreamEventLog(nc, options);
-    onTestFinished(() => jsm.streams.delete(plain.stream).then(() => undefined));
     // Direct gets from 0.5 s, one at a time: far from 1,500 events when the consumer comes at 0.6 s.
-    const log = await jetStreamEventLog(nc, { ...options, consumers: slowConsumers(600) });
+    const { plain, log } = await logsWithSlowConsumers(600);
     const c = newConversationId();
     await appendMany(plain, c, 1_500);
     const whole = await log.read(c);
