@@ -22,6 +22,8 @@ const NODE_READY_MS = 60_000;
 const NODE_STOP_MS = 15_000;
 const NATS_STOP_MS = 10_000;
 const TAIL_LINES = 20;
+/** Starts of the nats-servers when another program took one of their ports first. */
+const PORT_ATTEMPTS = 3;
 
 /** A signal came while the cluster started: stop what was started, and exit 0. */
 class StartCancelled extends Error {
@@ -65,23 +67,38 @@ try {
   process.exit(err instanceof StartCancelled ? 0 : 1);
 }
 
-/** Three nats-servers routed to each other; resolves once each is current with a JetStream meta leader. */
+/**
+ * Three nats-servers routed to each other; resolves once each is current with a JetStream meta leader. A port
+ * found free and taken by another program before a server bound it starts them all again on other ports.
+ */
 async function startNats(settings, natsBin) {
-  const servers = await planNats(settings);
-  for (const server of servers) {
-    mkdirSync(server.storeDir, { recursive: true });
-    // The later servers' route ports are not open yet: nats-server retries its routes by itself.
-    startChild(server, 'nats', { command: natsBin, args: server.args, env: process.env }, () => {});
+  for (let attempt = 1; ; attempt++) {
+    const servers = await planNats(settings);
+    for (const server of servers) {
+      mkdirSync(server.storeDir, { recursive: true });
+      // The later servers' route ports are not open yet: nats-server retries its routes by itself.
+      startChild(server, 'nats', { command: natsBin, args: server.args, env: process.env }, () => {});
+    }
+    say(`nats-servers starting; their logs: ${join(settings.clusterDir, 'nats-<n>.log')}`);
+    try {
+      for (const server of servers) {
+        // Its /healthz answers 200 once it is in touch with a JetStream meta leader, so streams can be made.
+        await until(() => answers200(`${server.monitorUrl}/healthz`), `${server.name}'s JetStream`, {
+          ms: NATS_READY_MS,
+          tailOf: server.name,
+        });
+      }
+      return servers;
+    } catch (err) {
+      const taken = err instanceof ClusterError && /address already in use/.test(err.message);
+      if (!taken || attempt >= PORT_ATTEMPTS) throw err;
+      say('a port was taken by another program meanwhile: the nats-servers start again on other ports');
+      await stopGroup('nats', NATS_STOP_MS);
+      children.splice(0, children.length, ...children.filter((c) => c.kind !== 'nats'));
+      // A signal that came meanwhile still ends the start.
+      if (startAborted === err) startAborted = undefined;
+    }
   }
-  say(`nats-servers starting; their logs: ${join(settings.clusterDir, 'nats-<n>.log')}`);
-  for (const server of servers) {
-    // Its /healthz answers 200 once it is in touch with a JetStream meta leader, so streams can be made.
-    await until(() => answers200(`${server.monitorUrl}/healthz`), `${server.name}'s JetStream`, {
-      ms: NATS_READY_MS,
-      tailOf: server.name,
-    });
-  }
-  return servers;
 }
 
 /**
@@ -167,15 +184,17 @@ function onSignal(signal) {
 
 /** Stops the nodes (SIGTERM, SIGKILL after a bound), then the nats-servers. */
 async function stopAll() {
-  const stop = async (kind, graceMs) => {
-    const group = children.filter((c) => c.kind === kind);
-    for (const child of group) child.expected = true;
-    const gentle = await Promise.all(group.map((c) => c.process.stop(graceMs)));
-    group.forEach((c, i) => gentle[i] || warn(`${c.name} did not stop within ${graceMs / 1000} s: killed`));
-  };
-  await stop('node', NODE_STOP_MS);
-  await stop('nats', NATS_STOP_MS);
+  await stopGroup('node', NODE_STOP_MS);
+  await stopGroup('nats', NATS_STOP_MS);
   say('stopped');
+}
+
+/** Stops the children of one kind: SIGTERM, SIGKILL after `graceMs`. */
+async function stopGroup(kind, graceMs) {
+  const group = children.filter((c) => c.kind === kind);
+  for (const child of group) child.expected = true;
+  const gentle = await Promise.all(group.map((c) => c.process.stop(graceMs)));
+  group.forEach((c, i) => gentle[i] || warn(`${c.name} did not stop within ${graceMs / 1000} s: killed`));
 }
 
 /** Polls `check` until it holds; throws when the start was aborted or after `ms`. */

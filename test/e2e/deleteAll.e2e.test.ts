@@ -133,10 +133,13 @@ describe('DELETE /api/conversations/:id', () => {
     expect(cut).toContain(`KV_tether_conversations: $KV.tether_conversations.d.${id}`);
     expect(cut.some((t) => t.startsWith('file workspaces'))).toBe(true);
 
-    const again = await e2e.start({ dataDir, env: env() });
+    // At info: its log says what recovery did, should the wait time out.
+    const again = await e2e.start({ dataDir, env: { ...env(), TETHER_LOG_LEVEL: 'info' } });
+    let left: string[] = [];
     await until(
-      async () => (await traces(id, dataDir)).length === 0,
-      () => `the restarted server to finish the delete; its log:\n${again.stderr()}`,
+      async () => (left = await traces(id, dataDir)).length === 0,
+      () =>
+        `the restarted server to finish the delete; left: ${left.slice(0, 5).join(', ')}; its log:\n${again.stderr()}`,
       SERVER_WAIT,
     );
     expect((await http(again.baseUrl, 'GET', `/api/conversations/${id}`)).status).toBe(404);
