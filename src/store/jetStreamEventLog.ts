@@ -160,7 +160,7 @@ export class JetStreamEventLog implements EventLog {
     const subject = subjectFor(this.subjectPrefix, conversationId);
     let message;
     try {
-      message = await directGet(this.#jsm, this.stream, { last_by_subj: subject });
+      message = await this.#lastOn(subject);
     } catch (err) {
       throw toStoreError(err, `reading the last event of conversation ${conversationId}`);
     }
@@ -207,9 +207,12 @@ export class JetStreamEventLog implements EventLog {
   }
 
   async #lastSeqOn(subject: string): Promise<number> {
-    // The client maps the server's "no message found" (404) to null.
-    const last = await directGet(this.#jsm, this.stream, { last_by_subj: subject });
-    return last === null ? 0 : last.seq;
+    return (await this.#lastOn(subject))?.seq ?? 0;
+  }
+
+  /** The subject's last message; null when it has none (the client maps the server's 404 to null). */
+  #lastOn(subject: string) {
+    return directGet(this.#jsm, this.stream, { last_by_subj: subject });
   }
 }
 

@@ -139,8 +139,8 @@ async function readPage(consumer: Consumer, range: PageRange, pullBytes: number,
   const { items } = begun;
   let { bytes } = begun;
   // The consumer brings what the direct gets brought first (unless some was purged meanwhile).
-  let skip = items.length;
   const skipThrough = items.at(-1)?.seq ?? 0;
+  let skipping = items.length > 0;
   if (items.length >= want || bytes >= range.maxBytes) return { items, hasMore: pending > items.length };
   const messages = await consumer.consume({ max_bytes: pullBytes });
   let seen = -1;
@@ -154,9 +154,9 @@ async function readPage(consumer: Consumer, range: PageRange, pullBytes: number,
   try {
     for await (const m of messages) {
       delivered++;
-      if (skip > 0) {
-        skip = m.seq < skipThrough ? skip - 1 : 0;
+      if (skipping) {
         if (m.seq <= skipThrough) continue;
+        skipping = false;
       }
       items.push({ seq: m.seq, event: parseMessage(m.seq, m.subject, m.data) });
       last = m;
